@@ -1,0 +1,31 @@
+# Two commands do all setup: `make run` and `make test`. Both create .venv when it is missing.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+CORES   ?= all
+SMK     := $(VENV)/bin/snakemake
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: setup run test test-all report lint clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## run the whole pipeline on config.yaml (the embedded synthetic corpus by default)
+run: $(STAMP)
+	$(SMK) --cores $(CORES)
+
+## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(SMK) --lint
+
+clean:
+	rm -rf results .snakemake

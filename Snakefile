@@ -1,0 +1,24 @@
+# lmgrid: corpus -> vocabulary -> models over study grids -> tables. All logic lives in src/lmgrid.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/vocab.smk"
+include: "workflow/rules/summary.smk"
+
+
+rule all:
+    input:
+        f"results/{CORPUS}/summary.csv",
+        f"results/{CORPUS}/summary.md",

@@ -1,0 +1,167 @@
+"""`lmgrid <subcommand>`: the entry point every Snakemake rule calls.
+
+Each subcommand takes explicit paths and values (no config lookups), so a rule's inputs,
+outputs and params say everything the job depends on.  User errors print one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import LmgridError
+
+
+def _kv(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k, v
+
+
+def cmd_synth(a) -> None:
+    from .oracle import write_sample
+    from .synth import Grammar, GrammarConfig
+
+    try:
+        grammar = Grammar(GrammarConfig(**json.loads(a.grammar)))
+    except (TypeError, ValueError) as e:
+        raise LmgridError(f"corpus.synth.grammar: {e}") from None
+    sizes = {"train": a.train, "valid": a.valid, "test": a.test}
+    # One stream of sentences cut into splits: the splits are i.i.d. draws from the same grammar.
+    sample = grammar.sample(sum(sizes.values()), a.seed)
+    start = 0
+    for split, n in sizes.items():
+        write_sample(sample[start:start + n], f"{a.out_dir}/{split}.txt", f"{a.out_dir}/{split}.logprob")
+        start += n
+
+
+def cmd_corpus(a) -> None:
+    from .corpus import prepare
+
+    inputs = dict(a.input)
+    ratios = {"train": a.ratios[0], "valid": a.ratios[1], "test": a.ratios[2]} if a.ratios else None
+    prepare(a.kind, inputs, a.out_dir, lowercase=a.lowercase, max_len=a.max_len, ratios=ratios, seed=a.seed)
+
+
+def cmd_vocab(a) -> None:
+    from .vocab import run
+
+    run(a.train, a.valid, a.test, a.out, a.report, a.min_count, a.max_size)
+
+
+def cmd_oracle(a) -> None:
+    from .oracle import run
+
+    splits = {}
+    for name, pair in a.split:
+        corpus_path, logp_path = pair.split(",", 1)
+        splits[name] = (corpus_path, logp_path)
+    run(a.vocab, a.out, **splits)
+
+
+def cmd_summary(a) -> None:
+    from .summary import write
+
+    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md)
+
+
+def cmd_score(a) -> None:
+    from . import lm
+
+    summary = lm.score_file(lm.load(a.run), a.text, a.out)
+    print(f"# {summary['sentences']} sentences, {summary['tokens']} counted tokens, "
+          f"nll {summary['nll_nats']:.2f} nats, PPL {summary['ppl']:.3f}", file=sys.stderr)
+
+
+def cmd_generate(a) -> None:
+    from . import lm
+
+    for sent in lm.sample(lm.load(a.run), a.n, a.seed, a.temperature, a.top_k, a.max_tokens):
+        print(" ".join(sent))
+
+
+# Subcommands contributed by the model families and the aggregation stage: each module
+# has `register(subparsers)`.
+PLUGINS = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lmgrid", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synth", help="sample the synthetic corpus with per-sentence oracle log-probs")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--train", type=int, required=True)
+    s.add_argument("--valid", type=int, required=True)
+    s.add_argument("--test", type=int, required=True)
+    s.add_argument("--grammar", default="{}", help="JSON overrides of the grammar settings")
+    s.set_defaults(func=cmd_synth)
+
+    s = sub.add_parser("corpus", help="normalise raw input into train/valid/test and corpus_stats.json")
+    s.add_argument("--kind", choices=["synth", "ptb", "text"], required=True)
+    s.add_argument("--input", type=_kv, action="append", required=True, help="SPLIT=PATH (or text=PATH)")
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--lowercase", action="store_true")
+    s.add_argument("--max-len", type=int, default=0)
+    s.add_argument("--ratios", type=float, nargs=3, metavar=("TRAIN", "VALID", "TEST"))
+    s.add_argument("--seed", type=int, default=1)
+    s.set_defaults(func=cmd_corpus)
+
+    s = sub.add_parser("vocab", help="build the vocabulary from train; report OOV rates")
+    for name in ("train", "valid", "test", "out", "report"):
+        s.add_argument(f"--{name}", required=True)
+    s.add_argument("--min-count", type=int, default=1)
+    s.add_argument("--max-size", type=int, default=0)
+    s.set_defaults(func=cmd_vocab)
+
+    s = sub.add_parser("oracle", help="oracle perplexity of the synthetic corpus")
+    s.add_argument("--vocab", required=True)
+    s.add_argument("--split", type=_kv, action="append", required=True, help="NAME=CORPUS_TXT,LOGPROB")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_oracle)
+
+    s = sub.add_parser("summary", help="write summary.csv and summary.md for one corpus")
+    s.add_argument("--corpus", required=True)
+    s.add_argument("--corpus-stats", required=True)
+    s.add_argument("--vocab-report", required=True)
+    s.add_argument("--oracle")
+    s.add_argument("--metrics", nargs="*", default=[])
+    s.add_argument("--csv", required=True)
+    s.add_argument("--md", required=True)
+    s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("score", help="per-sentence log-prob and PPL of a text file under a trained run")
+    s.add_argument("--run", required=True, help="a run folder (results/<corpus>/runs/...)")
+    s.add_argument("--text", required=True)
+    s.add_argument("--out", help="TSV output (default: stdout)")
+    s.set_defaults(func=cmd_score)
+
+    s = sub.add_parser("generate", help="sample sentences from a trained run")
+    s.add_argument("--run", required=True)
+    s.add_argument("-n", type=int, default=10)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top-k", type=int, default=0)
+    s.add_argument("--max-tokens", type=int, default=100)
+    s.set_defaults(func=cmd_generate)
+
+    import importlib
+    for name in PLUGINS:
+        importlib.import_module(name).register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except LmgridError as e:
+        print(f"lmgrid: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

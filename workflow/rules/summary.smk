@@ -1,0 +1,17 @@
+rule summary:
+    input:
+        stats="results/{corpus}/corpus/corpus_stats.json",
+        vocab_report="results/{corpus}/vocab_report.json",
+        oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
+        metrics=[f"{d}/metrics.json" for d in run_dirs()],
+    output:
+        csv="results/{corpus}/summary.csv",
+        md="results/{corpus}/summary.md",
+    params:
+        oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
+    log:
+        "results/{corpus}/logs/summary.log",
+    shell:
+        "{LMGRID} summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
+        "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
+        "--csv {output.csv} --md {output.md} > {log} 2>&1"
