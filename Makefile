@@ -29,3 +29,7 @@ lint: $(STAMP)
 
 clean:
 	rm -rf results .snakemake
+
+## benchmarks print measured figures: make bench-ngram, bench-lstm, bench-cells
+bench-%: $(STAMP)
+	$(PY) -m lmgrid.bench $*
