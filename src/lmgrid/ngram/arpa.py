@@ -21,10 +21,59 @@ LOG10E = 1 / np.log(10)
 NEG_INF_LOG10 = -99.0
 
 
-def _fmt(values: np.ndarray) -> np.ndarray:
-    """log10 values as short decimal strings (7 decimals), -99 for minus infinity."""
-    v = np.where(np.isfinite(values), values, NEG_INF_LOG10)
-    return np.char.mod("%.7g", v).astype(object) if v.size < 64 else np.round(v, 7).astype(str).astype(object)
+FIELD = 11  # "-ddd.dddddd": log10 values, 6 decimals
+
+
+def _float_field(values: np.ndarray) -> np.ndarray:
+    """log10 values as NUL-padded ASCII columns (rows of FIELD bytes), -99 for minus infinity.
+    Built with integer arithmetic: per-value string formatting is what makes ARPA writers slow."""
+    x = np.where(np.isfinite(values), values, NEG_INF_LOG10)
+    x = np.clip(x, -999.0, 999.0)
+    q = np.rint(np.abs(x) * 1e6).astype(np.int64)
+    ip, frac = q // 1_000_000, q % 1_000_000
+    out = np.zeros((x.size, FIELD), dtype=np.uint8)
+    out[:, 0] = np.where((x < 0) & (q > 0), ord("-"), 0)
+    d2, d1, d0 = ip // 100, (ip // 10) % 10, ip % 10
+    out[:, 1] = np.where(d2 > 0, ord("0") + d2, 0)
+    out[:, 2] = np.where(ip >= 10, ord("0") + d1, 0)
+    out[:, 3] = ord("0") + d0
+    out[:, 4] = ord(".")
+    for i in range(6):
+        out[:, 10 - i] = ord("0") + frac % 10
+        frac //= 10
+    return out
+
+
+def _token_matrix(tokens: list[str]) -> np.ndarray:
+    """One NUL-padded row of UTF-8 bytes per token."""
+    enc = [t.encode("utf-8") for t in tokens]
+    width = max(len(e) for e in enc)
+    return np.frombuffer(b"".join(e.ljust(width, b"\0") for e in enc), dtype=np.uint8).reshape(len(enc), width)
+
+
+def _lines(tok: np.ndarray, cols: list[np.ndarray], logp: np.ndarray, bow: np.ndarray | None) -> bytes:
+    """ARPA lines 'logp<TAB>w1 .. wk[<TAB>bow]' for one order: a fixed-width byte matrix per chunk of
+    rows, with the NUL padding squeezed out."""
+    k, width = len(cols), tok.shape[1]
+    line_w = FIELD + k * (width + 1) + (FIELD + 1 if bow is not None else 0) + 1  # + newline
+    chunk = max(1, (32 << 20) // line_w)
+    out = []
+    for lo in range(0, logp.size, chunk):
+        hi = min(lo + chunk, logp.size)
+        m = np.zeros((hi - lo, line_w), dtype=np.uint8)
+        m[:, :FIELD] = _float_field(logp[lo:hi])
+        at = FIELD
+        for j, c in enumerate(cols):
+            m[:, at] = ord("\t") if j == 0 else ord(" ")
+            m[:, at + 1:at + 1 + width] = tok[c[lo:hi]]
+            at += width + 1
+        if bow is not None:
+            m[:, at] = ord("\t")
+            m[:, at + 1:at + 1 + FIELD] = _float_field(bow[lo:hi])
+            at += FIELD + 1
+        m[:, at] = ord("\n")
+        out.append(m.tobytes().translate(None, b"\0"))  # drop the NUL padding (C speed)
+    return b"".join(out)
 
 
 def _word_columns(bo: Backoff, k: int) -> list[np.ndarray]:
@@ -37,24 +86,19 @@ def _word_columns(bo: Backoff, k: int) -> list[np.ndarray]:
 
 
 def write(path: str | Path, bo: Backoff, tokens: list[str]) -> None:
-    tok = np.array(tokens, dtype=object)
-    keep = tok != PAD
+    tok = _token_matrix(tokens)
+    keep = np.array([t != PAD for t in tokens])
     sizes = [int(keep.sum())] + [int(k.size) for k in bo.keys[1:]]
     parts = ["\\data\\\n"] + [f"ngram {k}={n}\n" for k, n in enumerate(sizes, 1)]
+    parts = ["".join(parts).encode()]
     for k in range(1, bo.order + 1):
         cols = _word_columns(bo, k)
         sel = keep if k == 1 else slice(None)
-        text = tok[cols[0][sel]]
-        for c in cols[1:]:
-            text = text + " " + tok[c]
-        line = _fmt(bo.logp[k - 1][sel] * LOG10E) + "\t" + text
-        if k < bo.order:
-            line = line + "\t" + _fmt(bo.bow[k - 1][sel] * LOG10E)
-        parts.append(f"\n\\{k}-grams:\n")
-        parts.append("\n".join(line.tolist()))
-        parts.append("\n")
-    parts.append("\n\\end\\\n")
-    with atomic_write(path) as fh:
+        bow = bo.bow[k - 1][sel] * LOG10E if k < bo.order else None
+        parts.append(f"\n\\{k}-grams:\n".encode())
+        parts.append(_lines(tok, [c[sel] for c in cols], bo.logp[k - 1][sel] * LOG10E, bow))
+    parts.append(b"\n\\end\\\n")
+    with atomic_write(path, "wb") as fh:
         fh.writelines(parts)
 
 
@@ -81,9 +125,12 @@ def read(path: str | Path) -> tuple[Backoff, list[str]]:
         body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else end]
         if not body.strip():
             raise LmgridError(f"{path}: section \\{i + 1}-grams: is empty")
-        df = pd.read_csv(io.StringIO(body), sep="\t", header=None, names=["p", "g", "b"], usecols=[0, 1, 2]
-                         if i + 1 < len(heads) else [0, 1], dtype={"p": np.float64, "g": object},
-                         quoting=3, keep_default_na=False, na_filter=False, engine="c")
+        try:
+            df = pd.read_csv(io.StringIO(body), sep="\t", header=None, names=["p", "g", "b"],
+                             dtype={"p": np.float64, "g": object, "b": object}, quoting=3, engine="c",
+                             keep_default_na=False, na_filter=False, skip_blank_lines=True)
+        except (ValueError, pd.errors.ParserError) as e:
+            raise LmgridError(f"{path}: bad line in \\{i + 1}-grams: ({str(e).splitlines()[0]})") from None
         tables.append(df)
     words = tables[0]["g"].tolist()
     for special in (UNK, BOS, EOS):
@@ -114,9 +161,9 @@ def read(path: str | Path) -> tuple[Backoff, list[str]]:
             row = ids[0]
             for j in range(2, k + 1):
                 key = row * v + ids[j - 1]
-                srt = keys[j - 1]
-                at = np.minimum(np.searchsorted(srt, key), max(srt.size - 1, 0))
                 if j < k:
+                    srt = keys[j - 1]
+                    at = np.minimum(np.searchsorted(srt, key), max(srt.size - 1, 0))
                     if srt.size == 0 or (srt[at] != key).any():
                         raise LmgridError(f"{path}: a {k}-gram's prefix is not listed among the {j}-grams")
                     row = at

@@ -11,6 +11,7 @@ vocabulary into one integer would overflow int64).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,18 +27,19 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
-def stream(sentences: list[list[str]], vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+def stream(sentences: list[list[str]], vocab: Vocab, oov: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The id stream of the sentences and the position of each sentence's ``<s>``.
 
-    Words outside the vocabulary and literal specials become ``<unk>``.  Only a per-sentence join
-    runs in Python; the token lookup is one vectorised hash join.
+    Words outside the vocabulary and literal specials become ``<unk>`` (their number is appended to
+    `oov` when given).  The token lookup is one vectorised hash join, no per-token Python code.
     """
-    lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
-    words = " ".join(" ".join(s) for s in sentences).split()
+    lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
     index = pd.Index(vocab.tokens)
-    ids = index.get_indexer(words)
-    specials = index.get_indexer([BOS, EOS, PAD])
-    ids[(ids < 0) | np.isin(ids, specials)] = vocab.unk_id
+    ids = index.get_indexer(list(itertools.chain.from_iterable(sentences)))
+    missing = ids < 0
+    if oov is not None:
+        oov.append(int(missing.sum()))
+    ids[missing | np.isin(ids, index.get_indexer([BOS, EOS, PAD]))] = vocab.unk_id
     starts = np.zeros(len(sentences), dtype=np.int64)  # position of each <s> in the stream
     np.cumsum(lengths[:-1] + 2, out=starts[1:])
     out = np.empty(int(lengths.sum()) + 2 * len(sentences), dtype=np.int64)
@@ -117,13 +119,15 @@ def count(ids: np.ndarray, starts: np.ndarray, vocab_size: int, max_order: int) 
         ok &= row >= 0
         start = pos[ok]
         key = row[start] * vocab_size + ids[start + k - 1]
-        uniq, first_at, inverse, cnt = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+        uniq, inverse, cnt = np.unique(key, return_inverse=True, return_counts=True)
         nxt = np.full(n, -1, dtype=np.int64)
         nxt[start] = inverse
         keys.append(uniq)
         counts.append(cnt.astype(np.int64))
         prefix.append(uniq // vocab_size)
-        suffix.append(row[start[first_at] + 1])  # the last k-1 words start one position later
+        suf = np.empty(uniq.size, dtype=np.int64)
+        suf[inverse] = row[start + 1]  # the last k-1 words start one position later (any occurrence)
+        suffix.append(suf)
         row = nxt
     return Counts(vocab_size, keys, counts, prefix, suffix)
 

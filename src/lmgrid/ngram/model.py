@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..errors import LmgridError, write_json
 from ..ppl import BOS, PAD, counted_tokens, perplexity
@@ -79,26 +78,25 @@ class NgramModel:
         self.backoff = backoff
         self.vocab = vocab
 
-    def _targets(self, sentences: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-        ids, starts = stream(sentences, self.vocab)
+    def _targets(self, sentences: list[list[str]], oov: list | None = None) -> np.ndarray:
+        ids, starts = stream(sentences, self.vocab, oov)
         lp = stream_logprobs(self.backoff, ids, starts)
-        return lp[~np.isnan(lp)], starts
+        return lp[~np.isnan(lp)]
 
     def sentence_logprobs(self, sentences: list[list[str]]) -> list[list[float]]:
-        lp, _ = self._targets(sentences)
+        lp = self._targets(sentences)
         cut = np.cumsum([len(s) + 1 for s in sentences])[:-1]
         return [a.tolist() for a in np.split(lp, cut)]
 
     def evaluate(self, sentences: list[list[str]]) -> dict:
         """{ppl, nll_nats, tokens, oov_tokens} of a split, by the shared convention."""
-        lp, _ = self._targets(sentences)
+        oov: list[int] = []
+        lp = self._targets(sentences, oov)
         tokens = counted_tokens(sentences)
         if lp.size != tokens:
             raise AssertionError(f"scored {lp.size} targets, convention counts {tokens}")
         nll = -float(lp.sum())
-        words = " ".join(" ".join(s) for s in sentences).split()
-        oov = int((pd.Index(self.vocab.tokens).get_indexer(words) < 0).sum())
-        return {"ppl": perplexity(nll, tokens), "nll_nats": nll, "tokens": tokens, "oov_tokens": oov}
+        return {"ppl": perplexity(nll, tokens), "nll_nats": nll, "tokens": tokens, "oov_tokens": oov[0]}
 
     def next_logprobs(self, context: list[str]) -> list[float]:
         bo, v = self.backoff, self.vocab
