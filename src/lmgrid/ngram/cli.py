@@ -29,7 +29,7 @@ def cmd_ngram(a) -> None:
 
     _logging()
     m = train_run(counts_path=a.counts, vocab_path=a.vocab, valid_path=a.valid, test_path=a.test, arch=a.arch,
-                  order=a.order, out_dir=a.out_dir, addk_k=a.addk_k, katz_max_count=a.katz_max_count)
+                  order=a.order, arpa_path=a.arpa, metrics_path=a.metrics, addk_k=a.addk_k, katz_max_count=a.katz_max_count)
     logging.getLogger("lmgrid.ngram").info("%s: valid PPL %.3f, test PPL %.3f, %d n-grams, %.2f s", m["name"],
                                            m["valid"]["ppl"], m["test"]["ppl"], m["params"], m["wall_s"])
 
@@ -49,7 +49,8 @@ def register(sub) -> None:
     s.add_argument("--test", required=True)
     s.add_argument("--arch", required=True, choices=["addk", "katz", "kn", "mkn"])
     s.add_argument("--order", type=int, required=True)
-    s.add_argument("--out-dir", required=True)
+    s.add_argument("--arpa", required=True, help="output: the model as an ARPA file")
+    s.add_argument("--metrics", required=True, help="output: metrics.json")
     s.add_argument("--addk-k", type=float, default=1.0, help="add-k constant (addk)")
     s.add_argument("--katz-max-count", type=int, default=7, help="counts above this are not discounted (katz)")
     s.set_defaults(func=cmd_ngram)

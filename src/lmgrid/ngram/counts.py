@@ -166,7 +166,7 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
     order = stored if max_order is None else max_order
     if order > stored:
         raise LmgridError(f"{path}: holds orders up to {stored}, order {order} requested "
-                          f"(raise ngram.max_order and recount)")
+                          f"(the counting stage takes the largest n-gram n_step of the studies: recount)")
     v = len(vocab)
     keys = [data[f"keys{k}"] for k in range(1, order + 1)]
     return Counts(v, keys, [data[f"count{k}"] for k in range(1, order + 1)],

@@ -139,10 +139,10 @@ def load_run(run_dir: str | Path) -> NgramModel:
     return NgramModel(backoff, vocab_from_tokens(tokens))
 
 
-def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, order: int, out_dir,
+def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, order: int, arpa_path, metrics_path,
               addk_k: float = 1.0, katz_max_count: int = 7) -> dict:
-    """One n-gram grid cell: estimate from the shared counts, write model.arpa, score valid and test,
-    write metrics.json.  Returns the metrics."""
+    """One n-gram grid cell: estimate from the shared counts, write the ARPA file, score valid and test,
+    write metrics.json (docs/contracts.md).  Returns the metrics."""
     from ..corpus import load_split
 
     if arch not in ARCH_METHOD:
@@ -153,8 +153,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     method = ARCH_METHOD[arch]
     bo = estimate(counts, method, order, vocab.index[BOS], vocab.index[PAD], addk_k=addk_k,
                   katz_max_count=katz_max_count)
-    out_dir = Path(out_dir)
-    arpa.write(out_dir / "model.arpa", bo, vocab.tokens)
+    arpa.write(arpa_path, bo, vocab.tokens)
     model = NgramModel(bo, vocab)
     key = normalise(arch, "ngram", order, 1, "window", 0)
     metrics = {"name": key.name, "arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
@@ -164,5 +163,5 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
                "ngrams_per_order": [int(k.size) if i else int(np.isfinite(bo.logp[0]).sum()) + 1
                                     for i, k in enumerate(bo.keys)],
                "wall_s": round(time.perf_counter() - t0, 3)}
-    write_json(out_dir / "metrics.json", metrics)
+    write_json(metrics_path, metrics)
     return metrics
