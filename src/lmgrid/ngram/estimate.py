@@ -170,6 +170,8 @@ def katz(counts: Counts, order: int, bos: int, pad: int, max_count: int = 7) -> 
     p = _discounted(c, d) / c.sum()
     unseen = pred & (c == 0)
     spread = unseen if unseen.any() else pred
+    if unseen.any() and 1 - p.sum() < 1e-9:  # nothing freed for the unseen words: one novel event
+        p = p * c.sum() / (c.sum() + 1)
     p = np.where(spread, p + (1 - p.sum()) / spread.sum(), p) * pred
     with np.errstate(divide="ignore"):
         logp, bow = [np.log(p)], []
@@ -181,16 +183,18 @@ def katz(counts: Counts, order: int, bos: int, pad: int, max_count: int = 7) -> 
         dc = _discounted(c, d)
         total = _by_context(ctx, n_ctx, c)
         kept = _by_context(ctx, n_ctx, dc)
+        lower = np.exp(logp[k - 2][counts.suffix[k - 1]])
+        lower_unseen = 1 - _by_context(ctx, n_ctx, lower)  # lower-order mass of the words unseen after h
+        left = np.divide(total - kept, total, out=np.ones(n_ctx), where=total > 0)
+        # A context followed by every word has nowhere to back off: its seen words share all the mass.
+        full = (total > 0) & (lower_unseen < 1e-10)
         # A context whose every count is trusted keeps no mass for unseen words; reserve 1/(c(h)+1)
         # for them (as if one novel event), so no word ever gets probability zero.
-        left = np.divide(total - kept, total, out=np.ones(n_ctx), where=total > 0)
-        tight = (total > 0) & (left < 1e-9)
-        scale = np.where(tight, total / (total + 1), 1.0)
-        left = np.where(tight, 1 / (total + 1), left)
-        p = dc / total[ctx] * scale[ctx]
-        lower = np.exp(logp[k - 2][counts.suffix[k - 1]])
-        lower_seen = _by_context(ctx, n_ctx, lower)
-        alpha = left / np.maximum(1 - lower_seen, 1e-12)
+        tight = (total > 0) & ~full & (left < 1e-9)
+        norm = np.where(full, kept, np.where(tight, total + 1, total))
+        left = np.where(full, 0.0, np.where(tight, 1 / (total + 1), left))
+        p = dc / norm[ctx]
+        alpha = np.where(full, 1.0, left / np.maximum(lower_unseen, 1e-10))
         logp.append(np.log(p))
         bow.append(np.log(alpha))
     bow.append(np.zeros(counts.keys[n_order - 1].size))
