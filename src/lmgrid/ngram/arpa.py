@@ -2,7 +2,7 @@
 
 ARPA stores log10 probabilities; `<s>` is listed with the conventional -99 (never predicted).
 Unigrams are written in vocabulary-id order without `<pad>`, so reading rebuilds the same ids.
-Both directions are vectorised (string columns via numpy object arrays, parsing via pandas' C reader).
+Both directions are vectorised (fixed-width byte rows with the padding squeezed out; pandas' C reader).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..errors import LmgridError, atomic_write
 from ..ppl import BOS, EOS, PAD, UNK
@@ -21,57 +20,59 @@ LOG10E = 1 / np.log(10)
 NEG_INF_LOG10 = -99.0
 
 
-FIELD = 11  # "-ddd.dddddd": log10 values, 6 decimals
+FIELD = 11  # "-ddd.dddddd": log10 values with 6 decimals
+_DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), dtype="V3")
+_INT3 = np.frombuffer(b"".join(str(i).encode().rjust(3, b"\0") for i in range(1000)), dtype="V3")
 
 
-def _float_field(values: np.ndarray) -> np.ndarray:
-    """log10 values as NUL-padded ASCII columns (rows of FIELD bytes), -99 for minus infinity.
-    Built with integer arithmetic: per-value string formatting is what makes ARPA writers slow."""
-    x = np.where(np.isfinite(values), values, NEG_INF_LOG10)
-    x = np.clip(x, -999.0, 999.0)
+def _float_field(values: np.ndarray, tab: bool = False) -> np.ndarray:
+    """log10 values as NUL-padded ASCII (one void item of FIELD bytes, or FIELD+1 after a tab, per value),
+    -99 for minus infinity.  Built from 3-digit lookup tables: per-value string formatting is what
+    makes ARPA writers slow."""
+    x = np.clip(np.where(np.isfinite(values), values, NEG_INF_LOG10), -999.0, 999.0)
     q = np.rint(np.abs(x) * 1e6).astype(np.int64)
-    ip, frac = q // 1_000_000, q % 1_000_000
-    out = np.zeros((x.size, FIELD), dtype=np.uint8)
-    out[:, 0] = np.where((x < 0) & (q > 0), ord("-"), 0)
-    d2, d1, d0 = ip // 100, (ip // 10) % 10, ip % 10
-    out[:, 1] = np.where(d2 > 0, ord("0") + d2, 0)
-    out[:, 2] = np.where(ip >= 10, ord("0") + d1, 0)
-    out[:, 3] = ord("0") + d0
-    out[:, 4] = ord(".")
-    for i in range(6):
-        out[:, 10 - i] = ord("0") + frac % 10
-        frac //= 10
-    return out
+    frac = q % 1_000_000
+    row = np.dtype([("tab", "S1")] * tab + [("sign", "S1"), ("int", "V3"), ("dot", "S1"), ("hi", "V3"),
+                                            ("lo", "V3")])
+    out = np.empty(x.size, dtype=row)
+    if tab:
+        out["tab"] = b"\t"
+    out["sign"] = np.where((x < 0) & (q > 0), b"-", b"")
+    out["int"] = _INT3[q // 1_000_000]
+    out["dot"] = b"."
+    out["hi"] = _DIGITS3[frac // 1000]
+    out["lo"] = _DIGITS3[frac % 1000]
+    return out.view(f"V{row.itemsize}")
 
 
-def _token_matrix(tokens: list[str]) -> np.ndarray:
-    """One NUL-padded row of UTF-8 bytes per token."""
-    enc = [t.encode("utf-8") for t in tokens]
+def _token_items(tokens: list[str], sep: str) -> np.ndarray:
+    """Each token after `sep`, NUL-padded to one width, as one void item per token."""
+    enc = [(sep + t).encode("utf-8") for t in tokens]
     width = max(len(e) for e in enc)
-    return np.frombuffer(b"".join(e.ljust(width, b"\0") for e in enc), dtype=np.uint8).reshape(len(enc), width)
+    return np.frombuffer(b"".join(e.ljust(width, b"\0") for e in enc), dtype=f"V{width}")
 
 
-def _lines(tok: np.ndarray, cols: list[np.ndarray], logp: np.ndarray, bow: np.ndarray | None) -> bytes:
-    """ARPA lines 'logp<TAB>w1 .. wk[<TAB>bow]' for one order: a fixed-width byte matrix per chunk of
-    rows, with the NUL padding squeezed out."""
-    k, width = len(cols), tok.shape[1]
-    line_w = FIELD + k * (width + 1) + (FIELD + 1 if bow is not None else 0) + 1  # + newline
-    chunk = max(1, (32 << 20) // line_w)
+def _lines(tokens: tuple[np.ndarray, np.ndarray], cols: list[np.ndarray], logp: np.ndarray,
+           bow: np.ndarray | None) -> bytes:
+    """ARPA lines 'logp<TAB>w1 .. wk[<TAB>bow]' of one order: rows of fixed-width fields (a structured
+    array filled by whole-item copies), then the NUL padding squeezed out in one C pass."""
+    first, rest = tokens
+    fields = [("p", f"V{FIELD}")] + [(f"w{j}", (first if j == 0 else rest).dtype) for j in range(len(cols))]
+    if bow is not None:
+        fields.append(("b", f"V{FIELD + 1}"))
+    fields.append(("nl", "S1"))
+    row = np.dtype(fields)
+    chunk = max(1, (32 << 20) // row.itemsize)
     out = []
     for lo in range(0, logp.size, chunk):
         hi = min(lo + chunk, logp.size)
-        m = np.zeros((hi - lo, line_w), dtype=np.uint8)
-        m[:, :FIELD] = _float_field(logp[lo:hi])
-        at = FIELD
+        m = np.empty(hi - lo, dtype=row)
+        m["p"] = _float_field(logp[lo:hi])
         for j, c in enumerate(cols):
-            m[:, at] = ord("\t") if j == 0 else ord(" ")
-            m[:, at + 1:at + 1 + width] = tok[c[lo:hi]]
-            at += width + 1
+            m[f"w{j}"] = (first if j == 0 else rest)[c[lo:hi]]
         if bow is not None:
-            m[:, at] = ord("\t")
-            m[:, at + 1:at + 1 + FIELD] = _float_field(bow[lo:hi])
-            at += FIELD + 1
-        m[:, at] = ord("\n")
+            m["b"] = _float_field(bow[lo:hi], tab=True)
+        m["nl"] = b"\n"
         out.append(m.tobytes().translate(None, b"\0"))  # drop the NUL padding (C speed)
     return b"".join(out)
 
@@ -86,7 +87,7 @@ def _word_columns(bo: Backoff, k: int) -> list[np.ndarray]:
 
 
 def write(path: str | Path, bo: Backoff, tokens: list[str]) -> None:
-    tok = _token_matrix(tokens)
+    tok = (_token_items(tokens, "\t"), _token_items(tokens, " "))
     keep = np.array([t != PAD for t in tokens])
     sizes = [int(keep.sum())] + [int(k.size) for k in bo.keys[1:]]
     parts = ["\\data\\\n"] + [f"ngram {k}={n}\n" for k, n in enumerate(sizes, 1)]
@@ -107,6 +108,8 @@ _SECTION = re.compile(r"^\\(\d+)-grams:\s*$", re.M)
 
 def read(path: str | Path) -> tuple[Backoff, list[str]]:
     """A back-off model and its token list (specials first, then the unigrams in file order)."""
+    import pandas as pd  # its C CSV reader parses ARPA sections; imported here, only readers pay for it
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -11,14 +11,13 @@ def _logging() -> None:
 
 
 def cmd_counts(a) -> None:
-    from ..corpus import load_split
     from ..vocab import Vocab
-    from .counts import count_sentences, save
+    from .counts import count_file, save
 
     _logging()
     t0 = time.perf_counter()
     vocab = Vocab.load(a.vocab)
-    counts = count_sentences(load_split(a.train), vocab, a.max_order)
+    counts = count_file(a.train, vocab, a.max_order)
     save(a.out, counts, vocab)
     logging.getLogger("lmgrid.ngram").info("counted orders 1..%d: %s n-grams in %.2f s", a.max_order,
                                            counts.sizes(), time.perf_counter() - t0)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..errors import LmgridError, atomic_write
 from ..ppl import BOS, EOS, PAD, UNK
@@ -27,22 +26,25 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
-def stream(sentences: list[list[str]], vocab: Vocab, oov: list | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The id stream of the sentences and the position of each sentence's ``<s>``.
-
-    Words outside the vocabulary and literal specials become ``<unk>`` (their number is appended to
-    `oov` when given).  The token lookup is one vectorised hash join, no per-token Python code.
-    """
-    lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-    index = pd.Index(vocab.tokens)
-    ids = index.get_indexer(list(itertools.chain.from_iterable(sentences)))
+def _word_ids(words: list[str], vocab: Vocab, oov: list | None) -> np.ndarray:
+    """Vocabulary ids of a token list: unknown words and literal specials become <unk>.  The lookup is
+    `dict.get` mapped in C over the list (no Python code runs per token)."""
+    unk = vocab.unk_id
+    index = dict(vocab.index)
+    for special in (BOS, EOS, PAD):
+        index[special] = unk
+    ids = np.fromiter(map(index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words))
     missing = ids < 0
     if oov is not None:
         oov.append(int(missing.sum()))
-    ids[missing | np.isin(ids, index.get_indexer([BOS, EOS, PAD]))] = vocab.unk_id
-    starts = np.zeros(len(sentences), dtype=np.int64)  # position of each <s> in the stream
+    ids[missing] = unk
+    return ids
+
+
+def _assemble(ids: np.ndarray, lengths: np.ndarray, vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.zeros(lengths.size, dtype=np.int64)  # position of each <s> in the stream
     np.cumsum(lengths[:-1] + 2, out=starts[1:])
-    out = np.empty(int(lengths.sum()) + 2 * len(sentences), dtype=np.int64)
+    out = np.empty(int(lengths.sum()) + 2 * lengths.size, dtype=np.int64)
     word_pos = np.ones(out.size, dtype=bool)
     word_pos[starts] = False
     word_pos[starts + lengths + 1] = False
@@ -50,6 +52,40 @@ def stream(sentences: list[list[str]], vocab: Vocab, oov: list | None = None) ->
     out[starts + lengths + 1] = vocab.index[EOS]
     out[word_pos] = ids
     return out, starts
+
+
+def stream(sentences: list[list[str]], vocab: Vocab, oov: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The id stream ``<s> w.. </s> <s> ..`` of the sentences and the position of each ``<s>``.
+    Words outside the vocabulary and literal specials become ``<unk>`` (their number is appended to
+    `oov` when given)."""
+    lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+    return _assemble(_word_ids(list(itertools.chain.from_iterable(sentences)), vocab, oov), lengths, vocab)
+
+
+_LINE = "\x00"  # cannot occur in a text file the corpus stage accepted (it rejects NUL bytes)
+
+
+def read_stream(path: str | Path, vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """`stream` of a split file written by the corpus stage (one sentence per line), read without
+    building a list per sentence: line breaks become a marker token, split once, mapped once."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise LmgridError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise LmgridError(f"{path}: not valid UTF-8 ({e})") from None
+    if _LINE in text:
+        raise LmgridError(f"{path}: looks like a binary file (NUL byte)")
+    tokens = f" {_LINE} ".join(text.splitlines()).split()
+    is_break = np.fromiter(map(_LINE.__eq__, tokens), dtype=bool, count=len(tokens))
+    line_of = np.cumsum(is_break)[~is_break]
+    lengths = np.bincount(line_of, minlength=int(is_break.sum()) + 1)
+    lengths = lengths[lengths > 0]  # blank lines are no sentences
+    if lengths.size == 0:
+        raise LmgridError(f"{path}: has no sentences")
+    words = list(itertools.compress(tokens, ~is_break))
+    return _assemble(_word_ids(words, vocab, None), lengths, vocab)
 
 
 def sentence_start_of(n_positions: int, starts: np.ndarray) -> np.ndarray:
@@ -137,6 +173,11 @@ def count_sentences(sentences: list[list[str]], vocab: Vocab, max_order: int) ->
     return count(ids, starts, len(vocab), max_order)
 
 
+def count_file(path: str | Path, vocab: Vocab, max_order: int) -> Counts:
+    ids, starts = read_stream(path, vocab)
+    return count(ids, starts, len(vocab), max_order)
+
+
 def save(path: str | Path, counts: Counts, vocab: Vocab) -> None:
     arrays = {"format_version": np.array(FORMAT_VERSION), "vocab_size": np.array(counts.vocab_size),
               "vocab_unk": np.array(vocab.unk_id), "max_order": np.array(counts.max_order)}
@@ -174,4 +215,4 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
                   [np.empty(0, np.int64)] + [data[f"suffix{k}"] for k in range(2, order + 1)])
 
 
-__all__ = ["Counts", "stream", "count", "count_sentences", "save", "load", "sentence_start_of", "UNK"]
+__all__ = ["Counts", "stream", "read_stream", "count", "count_sentences", "count_file", "save", "load", "UNK"]

@@ -148,20 +148,32 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     if arch not in ARCH_METHOD:
         raise LmgridError(f"arch {arch!r}: not an n-gram architecture ({', '.join(ARCH_METHOD)})")
     t0 = time.perf_counter()
+    timing = {}
+
+    def lap(name):
+        nonlocal t0
+        now = time.perf_counter()
+        timing[name] = round(now - t0, 3)
+        t0 = now
+
     vocab = Vocab.load(vocab_path)
     counts = load_counts(counts_path, vocab, order)
+    lap("load_s")
     method = ARCH_METHOD[arch]
     bo = estimate(counts, method, order, vocab.index[BOS], vocab.index[PAD], addk_k=addk_k,
                   katz_max_count=katz_max_count)
+    lap("estimate_s")
     arpa.write(arpa_path, bo, vocab.tokens)
+    lap("arpa_s")
     model = NgramModel(bo, vocab)
+    scores = {split: model.evaluate(load_split(path)) for split, path in (("valid", valid_path), ("test", test_path))}
+    lap("score_s")
     key = normalise(arch, "ngram", order, 1, "window", 0)
     metrics = {"name": key.name, "arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
-               "regime": key.regime, "seed": key.seed,
-               "valid": model.evaluate(load_split(valid_path)), "test": model.evaluate(load_split(test_path)),
+               "regime": key.regime, "seed": key.seed, **scores,
                "params": bo.entries(), "order": order, "method": method, "settings": bo.settings,
                "ngrams_per_order": [int(k.size) if i else int(np.isfinite(bo.logp[0]).sum()) + 1
                                     for i, k in enumerate(bo.keys)],
-               "wall_s": round(time.perf_counter() - t0, 3)}
+               "timing": timing, "wall_s": round(sum(timing.values()), 3)}
     write_json(metrics_path, metrics)
     return metrics
