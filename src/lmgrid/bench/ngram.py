@@ -47,6 +47,30 @@ def _machine() -> str:
     return f"{cpu}, {cores} cores available, {mem:.0f} GiB RAM, Python {platform.python_version()}"
 
 
+def ppl_table(ptb: Path) -> int:
+    from ..corpus import load_split
+    from ..ngram.counts import count_file
+    from ..ngram.estimate import METHODS, estimate
+    from ..ngram.model import NgramModel
+    from ..ppl import BOS, PAD
+    from ..vocab import build
+
+    train = load_split(ptb / "ptb.train.txt")
+    vocab = build(train)
+    counts = count_file(ptb / "ptb.train.txt", vocab, 5)
+    evals = {s: load_split(ptb / f"ptb.{s}.txt") for s in ("valid", "test")}
+    print("| method | order | valid PPL | test PPL | n-grams |")
+    print("|---|---|---|---|---|")
+    for method in ("mkn", "kn", "katz", "addk"):
+        for order in range(1, 6):
+            bo = estimate(counts, method, order, vocab.index[BOS], vocab.index[PAD])
+            model = NgramModel(bo, vocab)
+            r = {s: model.evaluate(sents) for s, sents in evals.items()}
+            print(f"| {method} | {order} | {r['valid']['ppl']:.2f} | {r['test']['ppl']:.2f} | {bo.entries()} |")
+    assert METHODS
+    return 0
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench ngram", description=__doc__.splitlines()[0])
     p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR"),
@@ -54,12 +78,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--order", type=int, default=5)
     p.add_argument("--arch", default="mkn", choices=["addk", "katz", "kn", "mkn"])
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--ppl-table", action="store_true",
+                   help="instead: valid/test PPL of every method at orders 1-5 (the table in docs/benchmarks.md)")
     a = p.parse_args(argv)
     if not a.ptb_dir or not all((Path(a.ptb_dir) / f"ptb.{s}.txt").is_file() for s in ("train", "valid", "test")):
         print("bench ngram: needs the Penn Treebank: --ptb-dir or LMGRID_PTB_DIR (ptb.{train,valid,test}.txt)",
               file=sys.stderr)
         return 2
     ptb = Path(a.ptb_dir)
+    if a.ppl_table:
+        return ppl_table(ptb)
     split = {s: str(ptb / f"ptb.{s}.txt") for s in ("train", "valid", "test")}
     print(f"machine: {_machine()}; load average at start {os.getloadavg()[0]:.2f} (shared machines vary)")
     with tempfile.TemporaryDirectory(prefix="bench-ngram-") as tmp:

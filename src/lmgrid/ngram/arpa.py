@@ -52,55 +52,53 @@ def _token_items(tokens: list[str], sep: str) -> np.ndarray:
     return np.frombuffer(b"".join(e.ljust(width, b"\0") for e in enc), dtype=f"V{width}")
 
 
-def _lines(tokens: tuple[np.ndarray, np.ndarray], cols: list[np.ndarray], logp: np.ndarray,
-           bow: np.ndarray | None) -> bytes:
+CHUNK_BYTES = 16 << 20
+
+
+def _write_lines(fh, buf: bytearray, tokens: tuple[np.ndarray, np.ndarray], cols: list[np.ndarray],
+                 logp: np.ndarray, bow: np.ndarray | None) -> None:
     """ARPA lines 'logp<TAB>w1 .. wk[<TAB>bow]' of one order: rows of fixed-width fields (a structured
-    array filled by whole-item copies), then the NUL padding squeezed out in one C pass."""
+    array over `buf`, filled by whole-item copies), then the NUL padding squeezed out in one C pass.
+    One buffer serves every chunk, so its pages are faulted in once."""
     first, rest = tokens
     fields = [("p", f"V{FIELD}")] + [(f"w{j}", (first if j == 0 else rest).dtype) for j in range(len(cols))]
     if bow is not None:
         fields.append(("b", f"V{FIELD + 1}"))
     fields.append(("nl", "S1"))
     row = np.dtype(fields)
-    chunk = max(1, (32 << 20) // row.itemsize)
-    out = []
+    chunk = max(1, len(buf) // row.itemsize)
     for lo in range(0, logp.size, chunk):
         hi = min(lo + chunk, logp.size)
-        m = np.empty(hi - lo, dtype=row)
+        m = np.frombuffer(buf, dtype=row, count=hi - lo)
         m["p"] = _float_field(logp[lo:hi])
         for j, c in enumerate(cols):
             m[f"w{j}"] = (first if j == 0 else rest)[c[lo:hi]]
         if bow is not None:
             m["b"] = _float_field(bow[lo:hi], tab=True)
         m["nl"] = b"\n"
-        out.append(m.tobytes().translate(None, b"\0"))  # drop the NUL padding (C speed)
-    return b"".join(out)
-
-
-def _word_columns(bo: Backoff, k: int) -> list[np.ndarray]:
-    v = bo.vocab_size
-    cols = [bo.keys[0]]
-    for j in range(2, k + 1):
-        prefix = bo.keys[j - 1] // v
-        cols = [c[prefix] for c in cols] + [bo.keys[j - 1] % v]
-    return cols
+        used = (hi - lo) * row.itemsize
+        if used < len(buf):
+            np.frombuffer(buf, dtype=np.uint8)[used:] = 0  # NULs vanish below
+        fh.write(buf.translate(None, b"\0"))  # drop the NUL padding (C speed)
 
 
 def write(path: str | Path, bo: Backoff, tokens: list[str]) -> None:
     tok = (_token_items(tokens, "\t"), _token_items(tokens, " "))
     keep = np.array([t != PAD for t in tokens])
     sizes = [int(keep.sum())] + [int(k.size) for k in bo.keys[1:]]
-    parts = ["\\data\\\n"] + [f"ngram {k}={n}\n" for k, n in enumerate(sizes, 1)]
-    parts = ["".join(parts).encode()]
-    for k in range(1, bo.order + 1):
-        cols = _word_columns(bo, k)
-        sel = keep if k == 1 else slice(None)
-        bow = bo.bow[k - 1][sel] * LOG10E if k < bo.order else None
-        parts.append(f"\n\\{k}-grams:\n".encode())
-        parts.append(_lines(tok, [c[sel] for c in cols], bo.logp[k - 1][sel] * LOG10E, bow))
-    parts.append(b"\n\\end\\\n")
+    buf = bytearray(max(CHUNK_BYTES, 4 * tok[0].itemsize * bo.order))
     with atomic_write(path, "wb") as fh:
-        fh.writelines(parts)
+        fh.write(("\\data\\\n" + "".join(f"ngram {k}={n}\n" for k, n in enumerate(sizes, 1))).encode())
+        cols: list[np.ndarray] = []
+        for k in range(1, bo.order + 1):
+            # word columns of order k: those of its prefix rows, then the last word
+            cols = [bo.keys[0]] if k == 1 else [c[bo.keys[k - 1] // bo.vocab_size] for c in cols] + [
+                bo.keys[k - 1] % bo.vocab_size]
+            sel = keep if k == 1 else slice(None)
+            bow = bo.bow[k - 1][sel] * LOG10E if k < bo.order else None
+            fh.write(f"\n\\{k}-grams:\n".encode())
+            _write_lines(fh, buf, tok, [c[sel] for c in cols], bo.logp[k - 1][sel] * LOG10E, bow)
+        fh.write(b"\n\\end\\\n")
 
 
 _SECTION = re.compile(r"^\\(\d+)-grams:\s*$", re.M)
