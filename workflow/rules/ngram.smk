@@ -13,8 +13,10 @@ rule ngram_counts:
         max_order=NGRAM_MAX_ORDER,
     log:
         "results/{corpus}/logs/ngram_counts.log",
+    conda:
+        ENV
     shell:
-        "{LMGRID} ngram-counts --train {input.train} --vocab {input.vocab} "
+        "lmgrid ngram-counts --train {input.train} --vocab {input.vocab} "
         "--max-order {params.max_order} --out {output} > {log} 2>&1"
 
 
@@ -35,7 +37,9 @@ rule ngram:
         katz_max_count=config.get("ngram", {}).get("katz_max_count", 7),
     log:
         f"{RUN_DIR}/ngram.log",
+    conda:
+        ENV
     shell:
-        "{LMGRID} ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
+        "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
         "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
         "--addk-k {params.addk_k} --katz-max-count {params.katz_max_count} > {log} 2>&1"
