@@ -5,6 +5,7 @@ the n-gram ending at every position; the back-off recursion is then a few masked
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 import time
@@ -163,11 +164,16 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     bo = estimate(counts, method, order, vocab.index[BOS], vocab.index[PAD], addk_k=addk_k,
                   katz_max_count=katz_max_count)
     lap("estimate_s")
-    arpa.write(arpa_path, bo, vocab.tokens)
-    lap("arpa_s")
-    model = NgramModel(bo, vocab)
-    scores = {split: model.evaluate(load_split(path)) for split, path in (("valid", valid_path), ("test", test_path))}
-    lap("score_s")
+    # Writing the ARPA file and scoring only read the model: overlap them on two threads (numpy and
+    # file writes release the GIL), as KenLM's tools use several cores.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        written = pool.submit(arpa.write, arpa_path, bo, vocab.tokens)
+        model = NgramModel(bo, vocab)
+        scores = {split: model.evaluate(load_split(path)) for split, path in (("valid", valid_path),
+                                                                              ("test", test_path))}
+        lap("score_s")
+        written.result()
+    lap("arpa_after_score_s")
     key = normalise(arch, "ngram", order, 1, "window", 0)
     metrics = {"name": key.name, "arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
                "regime": key.regime, "seed": key.seed, **scores,
