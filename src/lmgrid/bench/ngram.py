@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 
+SHARED_PTB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ptb"
+
+
 def _run(args: list[str]) -> dict:
     """Run `python -m lmgrid ARGS` and measure that process alone."""
     t0 = time.perf_counter()
@@ -73,8 +76,9 @@ def ppl_table(ptb: Path) -> int:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench ngram", description=__doc__.splitlines()[0])
-    p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR"),
-                   help="folder with ptb.{train,valid,test}.txt (default: $LMGRID_PTB_DIR)")
+    p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR", str(SHARED_PTB)),
+                   help="folder with ptb.{train,valid,test}.txt (default: $LMGRID_PTB_DIR, else ../shared/data/ptb "
+                        "beside the repository, as .ci/run)")
     p.add_argument("--order", type=int, default=5)
     p.add_argument("--arch", default="mkn", choices=["addk", "katz", "kn", "mkn"])
     p.add_argument("--repeat", type=int, default=3)
