@@ -18,7 +18,7 @@ from lmgrid.ngram.counts import count_sentences, load, save
 from lmgrid.ngram.estimate import METHODS, estimate
 from lmgrid.ngram.model import NgramModel, load_run
 from lmgrid.ppl import BOS, EOS, PAD, UNK
-from lmgrid.vocab import build
+from lmgrid.vocab import Vocab, build
 
 WORDS = "the a cat dog sat ran on mat fast slowly".split()
 
@@ -242,6 +242,9 @@ def test_counts_file_is_checked_against_its_vocabulary(tmp_path):
         load(tmp_path / "c.npz", vocab, 4)
     with pytest.raises(LmgridError, match="recount"):
         load(tmp_path / "c.npz", build(train + [["new"]]), 3)
+    same_size = Vocab(vocab.tokens[:4] + vocab.tokens[:3:-1], {})  # same words, other ids
+    with pytest.raises(LmgridError, match="recount"):
+        load(tmp_path / "c.npz", same_size, 3)
 
 
 def test_bad_arpa_is_one_clear_error(tmp_path):

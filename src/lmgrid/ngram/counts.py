@@ -11,6 +11,7 @@ vocabulary into one integer would overflow int64).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ..ppl import BOS, EOS, PAD, UNK
 from ..vocab import Vocab
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def _word_ids(words: list[str], vocab: Vocab, oov: list | None) -> np.ndarray:
@@ -178,9 +179,13 @@ def count_file(path: str | Path, vocab: Vocab, max_order: int) -> Counts:
     return count(ids, starts, len(vocab), max_order)
 
 
+def _vocab_digest(vocab: Vocab) -> str:
+    return hashlib.sha256("\n".join(vocab.tokens).encode("utf-8")).hexdigest()
+
+
 def save(path: str | Path, counts: Counts, vocab: Vocab) -> None:
     arrays = {"format_version": np.array(FORMAT_VERSION), "vocab_size": np.array(counts.vocab_size),
-              "vocab_unk": np.array(vocab.unk_id), "max_order": np.array(counts.max_order)}
+              "vocab_sha256": np.array(_vocab_digest(vocab)), "max_order": np.array(counts.max_order)}
     for k in range(1, counts.max_order + 1):
         arrays[f"keys{k}"] = counts.keys[k - 1]
         arrays[f"count{k}"] = counts.count[k - 1]
@@ -201,9 +206,9 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
         raise LmgridError(f"{path}: file not found") from None
     except (OSError, KeyError, ValueError) as e:
         raise LmgridError(f"{path}: not an n-gram counts file ({e})") from None
-    if int(data["vocab_size"]) != len(vocab) or int(data["vocab_unk"]) != vocab.unk_id:
-        raise LmgridError(f"{path}: counted with a vocabulary of {int(data['vocab_size'])} words, "
-                          f"but the vocabulary has {len(vocab)}: recount")
+    if str(data["vocab_sha256"]) != _vocab_digest(vocab):
+        raise LmgridError(f"{path}: counted with another vocabulary ({int(data['vocab_size'])} words; "
+                          f"this one has {len(vocab)}): recount")
     order = stored if max_order is None else max_order
     if order > stored:
         raise LmgridError(f"{path}: holds orders up to {stored}, order {order} requested "
