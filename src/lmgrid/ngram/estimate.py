@@ -87,7 +87,9 @@ def kn_discounts(adjusted: np.ndarray, k: int, modified: bool) -> tuple[float, f
     if not modified:
         return (y, y, y)
     d = tuple(i - (i + 1) * y * n[i] / n[i - 1] for i in (1, 2, 3))
-    if any(not 0 <= di <= i for i, di in zip((1, 2, 3), d)):
+    # lmplz accepts 0 <= Di <= i; a zero discount would leave a context no mass to back off with
+    # (a zero probability), so it falls back too.
+    if any(not 0 < di <= i for i, di in zip((1, 2, 3), d)):
         log.warning("order %d: discounts %s out of range; using fallback %s", k, d, FALLBACK_DISCOUNTS)
         return FALLBACK_DISCOUNTS
     return d
