@@ -18,7 +18,7 @@ from lmgrid.ngram.counts import count_sentences, load, save
 from lmgrid.ngram.estimate import METHODS, estimate
 from lmgrid.ngram.model import NgramModel, load_run
 from lmgrid.ppl import BOS, EOS, PAD, UNK
-from lmgrid.vocab import build
+from lmgrid.vocab import Vocab, build
 
 WORDS = "the a cat dog sat ran on mat fast slowly".split()
 
@@ -242,6 +242,33 @@ def test_counts_file_is_checked_against_its_vocabulary(tmp_path):
         load(tmp_path / "c.npz", vocab, 4)
     with pytest.raises(LmgridError, match="recount"):
         load(tmp_path / "c.npz", build(train + [["new"]]), 3)
+    same_size = Vocab(vocab.tokens[:4] + vocab.tokens[:3:-1], {})  # same words, other ids
+    with pytest.raises(LmgridError, match="recount"):
+        load(tmp_path / "c.npz", same_size, 3)
+
+
+def test_file_reader_matches_the_corpus_reader(tmp_path):
+    from lmgrid.corpus import load_split
+    from lmgrid.ngram.counts import read_stream, stream
+
+    path = tmp_path / "t.txt"
+    path.write_bytes("\ufeffthe cat  sat\r\n\n  a <s> dog </s>\r\nzebra\n\n".encode("utf-8"))
+    vocab = build([["the", "cat", "sat", "a", "dog"]])
+    got, want = read_stream(path, vocab), stream(load_split(path), vocab)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert len(want[1]) == 3
+
+
+def test_arpa_without_backoff_fields_reads(tmp_path):
+    """Other tools omit zero back-off weights; a missing field is log10 1 = 0."""
+    path = tmp_path / "model.arpa"
+    path.write_text("\\data\\\nngram 1=4\nngram 2=2\n\n\\1-grams:\n-0.5\t<unk>\n-99\t<s>\t-0.25\n"
+                    "-0.5\t</s>\n-1\ta\n\n\\2-grams:\n-0.1\t<s> a\n-0.2\ta </s>\n\n\\end\\\n")
+    m = load_run(tmp_path)
+    lps = m.sentence_logprobs([["a", "a"]])[0]
+    ln10 = math.log(10)
+    assert lps == pytest.approx([-0.1 * ln10, -1 * ln10, -0.2 * ln10])  # a|<s>, a|a backs off with bow 0
+    assert m.sentence_logprobs([["zz"]])[0][0] == pytest.approx((-0.25 - 0.5) * ln10)  # <unk>|<s>
 
 
 def test_bad_arpa_is_one_clear_error(tmp_path):

@@ -121,63 +121,59 @@ def read(path: str | Path) -> tuple[Backoff, list[str]]:
     if not heads or [int(m.group(1)) for m in heads] != list(range(1, len(heads) + 1)):
         raise LmgridError(f"{path}: ARPA sections must be \\1-grams: .. \\N-grams: in order")
     end = text.index("\\end\\")
-    tables = []
-    for i, m in enumerate(heads):
-        body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else end]
+    order = len(heads)
+
+    def section(k: int):
+        """Columns of section k: log10 p, k word columns, back-off (NaN where absent)."""
+        body = text[heads[k - 1].end(): heads[k].start() if k < order else end]
         if not body.strip():
-            raise LmgridError(f"{path}: section \\{i + 1}-grams: is empty")
-        try:
-            df = pd.read_csv(io.StringIO(body), sep="\t", header=None, names=["p", "g", "b"],
-                             dtype={"p": np.float64, "g": object, "b": object}, quoting=3, engine="c",
-                             keep_default_na=False, na_filter=False, skip_blank_lines=True)
+            raise LmgridError(f"{path}: section \\{k}-grams: is empty")
+        names = ["p"] + [f"w{j}" for j in range(k)] + ["b"]
+        try:  # words are separated by spaces, fields by tabs: make both tabs for the C parser
+            df = pd.read_csv(io.StringIO(body.replace(" ", "\t")), sep="\t", header=None, names=names,
+                             dtype={n: (np.float64 if n == "p" else object) for n in names}, quoting=3,
+                             engine="c", keep_default_na=False, skip_blank_lines=True)
         except (ValueError, pd.errors.ParserError) as e:
-            raise LmgridError(f"{path}: bad line in \\{i + 1}-grams: ({str(e).splitlines()[0]})") from None
-        tables.append(df)
-    words = tables[0]["g"].tolist()
+            raise LmgridError(f"{path}: bad line in \\{k}-grams: ({str(e).splitlines()[0]})") from None
+        if df[f"w{k - 1}"].isna().any():
+            raise LmgridError(f"{path}: a line in \\{k}-grams: does not have {k} words")
+        return df["p"].to_numpy(), [df[f"w{j}"] for j in range(k)], pd.to_numeric(df["b"], errors="coerce")
+
+    def ln(values) -> np.ndarray:
+        x = np.asarray(values, dtype=np.float64)
+        return np.where(x <= NEG_INF_LOG10, -np.inf, x / LOG10E)
+
+    p1, (w1,), b1 = section(1)
+    words = w1.tolist()
     for special in (UNK, BOS, EOS):
         if special not in words:
             raise LmgridError(f"{path}: the unigrams lack {special}")
     tokens = [PAD, UNK, BOS, EOS] + [w for w in words if w not in (PAD, UNK, BOS, EOS)]
     index = pd.Index(tokens)
     v = len(tokens)
-
-    def ln(values) -> np.ndarray:
-        x = np.asarray(values, dtype=np.float64)
-        return np.where(x <= NEG_INF_LOG10, -np.inf, x / LOG10E)
-
-    keys, logp, bow = [np.arange(v, dtype=np.int64)], [], []
     ids1 = index.get_indexer(words)
-    lp = np.full(v, -np.inf)
-    lp[ids1] = ln(tables[0]["p"])
-    logp.append(lp)
-    order = len(tables)
-    for k, df in enumerate(tables, 1):
-        if k >= 2:
-            cols = df["g"].str.split(" ", n=k - 1, expand=True)
-            if cols.shape[1] != k or cols.isna().any().any():
-                raise LmgridError(f"{path}: a line in \\{k}-grams: does not have {k} words")
-            ids = [index.get_indexer(cols[j]) for j in range(k)]
-            if any((i < 0).any() for i in ids):
-                raise LmgridError(f"{path}: a {k}-gram uses a word missing from the unigrams")
-            row = ids[0]
-            for j in range(2, k + 1):
-                key = row * v + ids[j - 1]
-                if j < k:
-                    srt = keys[j - 1]
-                    at = np.minimum(np.searchsorted(srt, key), max(srt.size - 1, 0))
-                    if srt.size == 0 or (srt[at] != key).any():
-                        raise LmgridError(f"{path}: a {k}-gram's prefix is not listed among the {j}-grams")
-                    row = at
-            order_idx = np.argsort(key, kind="stable")
-            keys.append(key[order_idx])
-            logp.append(ln(df["p"].to_numpy())[order_idx])
-            b = np.zeros(len(df)) if k == order else ln(pd.to_numeric(df["b"], errors="coerce").fillna(0.0))
-            bow.append(b[order_idx])
-        elif order > 1:
-            b = np.zeros(v)
-            b[ids1] = ln(pd.to_numeric(df["b"], errors="coerce").fillna(0.0))
-            bow.append(b)
-    if order == 1:
-        bow.append(np.zeros(v))
+    lp, b = np.full(v, -np.inf), np.zeros(v)
+    lp[ids1] = ln(p1)
+    b[ids1] = ln(b1.fillna(0.0))
+    keys, logp, bow = [np.arange(v, dtype=np.int64)], [lp], [b]
+    for k in range(2, order + 1):
+        p, cols, b = section(k)
+        ids = [index.get_indexer(c) for c in cols]
+        del cols
+        if any((i < 0).any() for i in ids):
+            raise LmgridError(f"{path}: a {k}-gram uses a word missing from the unigrams")
+        row = ids[0]
+        for j in range(2, k):  # row of the prefix in each lower order
+            key = row * v + ids[j - 1]
+            srt = keys[j - 1]
+            row = np.minimum(np.searchsorted(srt, key), max(srt.size - 1, 0))
+            if srt.size == 0 or (srt[row] != key).any():
+                raise LmgridError(f"{path}: a {k}-gram's prefix is not listed among the {j}-grams")
+        key = row * v + ids[k - 1]
+        by_key = np.argsort(key, kind="stable")
+        keys.append(key[by_key])
+        logp.append(ln(p)[by_key])
+        bow.append(ln(b.fillna(0.0))[by_key])
+    bow[-1] = np.zeros(keys[-1].size)  # the highest order backs off nowhere
     bo = Backoff(v, keys, logp, bow, method="arpa", settings={"source": str(path)})
     return bo, tokens

@@ -28,7 +28,8 @@ def cmd_ngram(a) -> None:
 
     _logging()
     m = train_run(counts_path=a.counts, vocab_path=a.vocab, valid_path=a.valid, test_path=a.test, arch=a.arch,
-                  order=a.order, arpa_path=a.arpa, metrics_path=a.metrics, addk_k=a.addk_k, katz_max_count=a.katz_max_count)
+                  order=a.order, arpa_path=a.arpa, metrics_path=a.metrics, addk_k=a.addk_k,
+                  katz_max_count=a.katz_max_count)
     logging.getLogger("lmgrid.ngram").info("%s: valid PPL %.3f, test PPL %.3f, %d n-grams, %.2f s", m["name"],
                                            m["valid"]["ppl"], m["test"]["ppl"], m["params"], m["wall_s"])
 

@@ -11,6 +11,7 @@ vocabulary into one integer would overflow int64).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -19,22 +20,24 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LmgridError, atomic_write
-from ..ppl import BOS, EOS, PAD, UNK
+from ..ppl import BOS, EOS, PAD
 from ..vocab import Vocab
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
-def _word_ids(words: list[str], vocab: Vocab, oov: list | None) -> np.ndarray:
-    """Vocabulary ids of a token list: unknown words and literal specials become <unk>.  The lookup is
-    `dict.get` mapped in C over the list (no Python code runs per token)."""
+def _word_ids(words: list[str], vocab: Vocab, oov: list | None, extra: dict | None = None) -> np.ndarray:
+    """Vocabulary ids of a token list: unknown words and literal specials become <unk> (`extra` maps
+    more strings to their own codes).  The lookup is `dict.get` mapped in C over the list (no Python
+    code runs per token)."""
     unk = vocab.unk_id
     index = dict(vocab.index)
     for special in (BOS, EOS, PAD):
         index[special] = unk
+    index.update(extra or {})
     ids = np.fromiter(map(index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words))
-    missing = ids < 0
+    missing = ids == -1
     if oov is not None:
         oov.append(int(missing.sum()))
     ids[missing] = unk
@@ -77,15 +80,13 @@ def read_stream(path: str | Path, vocab: Vocab) -> tuple[np.ndarray, np.ndarray]
         raise LmgridError(f"{path}: not valid UTF-8 ({e})") from None
     if _LINE in text:
         raise LmgridError(f"{path}: looks like a binary file (NUL byte)")
-    tokens = f" {_LINE} ".join(text.splitlines()).split()
-    is_break = np.fromiter(map(_LINE.__eq__, tokens), dtype=bool, count=len(tokens))
-    line_of = np.cumsum(is_break)[~is_break]
-    lengths = np.bincount(line_of, minlength=int(is_break.sum()) + 1)
+    ids = _word_ids(f" {_LINE} ".join(text.splitlines()).split(), vocab, None, {_LINE: -2})
+    is_break = ids == -2
+    lengths = np.bincount(np.cumsum(is_break)[~is_break], minlength=int(is_break.sum()) + 1)
     lengths = lengths[lengths > 0]  # blank lines are no sentences
     if lengths.size == 0:
         raise LmgridError(f"{path}: has no sentences")
-    words = list(itertools.compress(tokens, ~is_break))
-    return _assemble(_word_ids(words, vocab, None), lengths, vocab)
+    return _assemble(ids[~is_break], lengths, vocab)
 
 
 def sentence_start_of(n_positions: int, starts: np.ndarray) -> np.ndarray:
@@ -142,18 +143,16 @@ def count(ids: np.ndarray, starts: np.ndarray, vocab_size: int, max_order: int) 
     n = ids.size
     if n * vocab_size >= 2**63:
         raise LmgridError(f"corpus too large to key n-grams in int64 ({n} tokens x {vocab_size} words)")
-    sent_start = sentence_start_of(n, starts)
-    pos = np.arange(n)
+    is_bos = np.zeros(n + max_order, dtype=bool)  # padded: windows may run past the end
+    is_bos[starts] = True
+    is_bos[n:] = True
     keys = [np.arange(vocab_size, dtype=np.int64)]
     counts = [np.bincount(ids, minlength=vocab_size).astype(np.int64)]
     prefix, suffix = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     row = ids.copy()  # row of the order-k n-gram starting at each position (-1: none)
     for k in range(2, max_order + 1):
-        end = pos + k - 1
-        ok = end < n
-        ok[ok] = sent_start[end[ok]] == sent_start[pos[ok]]  # the window stays in one sentence
-        ok &= row >= 0
-        start = pos[ok]
+        # the window of k words from i is the (k-1)-gram from i plus a word that is not a sentence start
+        start = np.flatnonzero((row >= 0) & ~is_bos[k - 1:n + k - 1])
         key = row[start] * vocab_size + ids[start + k - 1]
         uniq, inverse, cnt = np.unique(key, return_inverse=True, return_counts=True)
         nxt = np.full(n, -1, dtype=np.int64)
@@ -178,9 +177,13 @@ def count_file(path: str | Path, vocab: Vocab, max_order: int) -> Counts:
     return count(ids, starts, len(vocab), max_order)
 
 
+def _vocab_digest(vocab: Vocab) -> str:
+    return hashlib.sha256("\n".join(vocab.tokens).encode("utf-8")).hexdigest()
+
+
 def save(path: str | Path, counts: Counts, vocab: Vocab) -> None:
     arrays = {"format_version": np.array(FORMAT_VERSION), "vocab_size": np.array(counts.vocab_size),
-              "vocab_unk": np.array(vocab.unk_id), "max_order": np.array(counts.max_order)}
+              "vocab_sha256": np.array(_vocab_digest(vocab)), "max_order": np.array(counts.max_order)}
     for k in range(1, counts.max_order + 1):
         arrays[f"keys{k}"] = counts.keys[k - 1]
         arrays[f"count{k}"] = counts.count[k - 1]
@@ -201,9 +204,9 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
         raise LmgridError(f"{path}: file not found") from None
     except (OSError, KeyError, ValueError) as e:
         raise LmgridError(f"{path}: not an n-gram counts file ({e})") from None
-    if int(data["vocab_size"]) != len(vocab) or int(data["vocab_unk"]) != vocab.unk_id:
-        raise LmgridError(f"{path}: counted with a vocabulary of {int(data['vocab_size'])} words, "
-                          f"but the vocabulary has {len(vocab)}: recount")
+    if str(data["vocab_sha256"]) != _vocab_digest(vocab):
+        raise LmgridError(f"{path}: counted with another vocabulary ({int(data['vocab_size'])} words; "
+                          f"this one has {len(vocab)}): recount")
     order = stored if max_order is None else max_order
     if order > stored:
         raise LmgridError(f"{path}: holds orders up to {stored}, order {order} requested "
@@ -215,4 +218,4 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
                   [np.empty(0, np.int64)] + [data[f"suffix{k}"] for k in range(2, order + 1)])
 
 
-__all__ = ["Counts", "stream", "read_stream", "count", "count_sentences", "count_file", "save", "load", "UNK"]
+__all__ = ["Counts", "stream", "read_stream", "count", "count_sentences", "count_file", "save", "load"]

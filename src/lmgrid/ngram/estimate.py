@@ -10,15 +10,19 @@ Methods (Chen & Goodman 1998, "An empirical study of smoothing techniques for la
   count-of-counts n1..n4 of that order's adjusted counts, Y = n1/(n1+2 n2), Di = i - (i+1) Y n(i+1)/n(i).
   Adjusted counts are raw counts at the highest order and for n-grams starting with <s> (they have no
   left context); elsewhere the number of distinct words seen before the n-gram (continuation count).
-  The unigrams interpolate with the uniform distribution over every predictable word (all but <s>).
-  No pruning.  This is what KenLM lmplz and SRILM `-kndiscount -interpolate` compute.
+  The unigrams interpolate with the uniform distribution over every predictable word (the vocabulary
+  but <s> and <pad>; <unk> is an ordinary word, counted and discounted like the others).  No pruning,
+  a single <s> of left padding.  This is the estimate of KenLM lmplz (SRILM `-kndiscount -interpolate`
+  is the same method); on PTB it reproduces the published 3- and 5-gram figures (tests/test_ngram_ptb.py).
 * ``kn``   the same with one discount per order, D = n1/(n1 + 2 n2).
-* ``katz`` Katz back-off with Good-Turing discounts for counts up to `katz_max_count` (higher counts
-  are trusted), back-off weights that renormalise.
+* ``katz`` Katz back-off with Good-Turing discounts for counts up to `katz_max_count` (SRILM's gtNmax,
+  default 7; unigrams: singletons only, as SRILM's gt1max = 1), back-off weights that renormalise.
+  Where a context leaves no mass for unseen words, 1/(c(h)+1) is reserved for them (documented below).
 * ``addk`` add-k at the model's order: p(w|h) = (c(h w) + k) / (c(h) + k |V|), |V| predictable words.
 
 Where a count-of-count needed for a discount is zero or a discount leaves its range, the method
-falls back as `lmplz --discount_fallback` does (KN: D = 0.5, 1, 1.5) and logs a warning.
+falls back and logs a warning: KN/MKN as `lmplz --discount_fallback` does (D = 0.5, 1, 1.5; plain KN
+0.5), Katz by leaving that count undiscounted.
 """
 from __future__ import annotations
 
@@ -87,7 +91,9 @@ def kn_discounts(adjusted: np.ndarray, k: int, modified: bool) -> tuple[float, f
     if not modified:
         return (y, y, y)
     d = tuple(i - (i + 1) * y * n[i] / n[i - 1] for i in (1, 2, 3))
-    if any(not 0 <= di <= i for i, di in zip((1, 2, 3), d)):
+    # lmplz accepts 0 <= Di <= i; a zero discount would leave a context no mass to back off with
+    # (a zero probability), so it falls back too.
+    if any(not 0 < di <= i for i, di in zip((1, 2, 3), d)):
         log.warning("order %d: discounts %s out of range; using fallback %s", k, d, FALLBACK_DISCOUNTS)
         return FALLBACK_DISCOUNTS
     return d

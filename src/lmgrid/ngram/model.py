@@ -5,6 +5,7 @@ the n-gram ending at every position; the back-off recursion is then a few masked
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 import time
@@ -19,10 +20,9 @@ from ..vocab import Vocab
 from . import arpa
 from .counts import load as load_counts
 from .counts import sentence_start_of, stream
-from .estimate import Backoff, estimate
+from .estimate import METHODS, Backoff, estimate
 
 log = logging.getLogger(__name__)
-ARCH_METHOD = {"addk": "addk", "katz": "katz", "kn": "kn", "mkn": "mkn"}
 
 
 def _lookup(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -84,6 +84,8 @@ class NgramModel:
         return lp[~np.isnan(lp)]
 
     def sentence_logprobs(self, sentences: list[list[str]]) -> list[list[float]]:
+        if not sentences:
+            return []
         lp = self._targets(sentences)
         cut = np.cumsum([len(s) + 1 for s in sentences])[:-1]
         return [a.tolist() for a in np.split(lp, cut)]
@@ -145,8 +147,8 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     write metrics.json (docs/contracts.md).  Returns the metrics."""
     from ..corpus import load_split
 
-    if arch not in ARCH_METHOD:
-        raise LmgridError(f"arch {arch!r}: not an n-gram architecture ({', '.join(ARCH_METHOD)})")
+    if arch not in METHODS:  # an n-gram arch names its estimation method
+        raise LmgridError(f"arch {arch!r}: not an n-gram architecture ({', '.join(METHODS)})")
     t0 = time.perf_counter()
     timing = {}
 
@@ -159,15 +161,20 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     vocab = Vocab.load(vocab_path)
     counts = load_counts(counts_path, vocab, order)
     lap("load_s")
-    method = ARCH_METHOD[arch]
+    method = arch
     bo = estimate(counts, method, order, vocab.index[BOS], vocab.index[PAD], addk_k=addk_k,
                   katz_max_count=katz_max_count)
     lap("estimate_s")
-    arpa.write(arpa_path, bo, vocab.tokens)
-    lap("arpa_s")
-    model = NgramModel(bo, vocab)
-    scores = {split: model.evaluate(load_split(path)) for split, path in (("valid", valid_path), ("test", test_path))}
-    lap("score_s")
+    # Writing the ARPA file and scoring only read the model: overlap them on two threads (numpy and
+    # file writes release the GIL), as KenLM's tools use several cores.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        written = pool.submit(arpa.write, arpa_path, bo, vocab.tokens)
+        model = NgramModel(bo, vocab)
+        scores = {split: model.evaluate(load_split(path)) for split, path in (("valid", valid_path),
+                                                                              ("test", test_path))}
+        lap("score_s")
+        written.result()
+    lap("arpa_after_score_s")
     key = normalise(arch, "ngram", order, 1, "window", 0)
     metrics = {"name": key.name, "arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
                "regime": key.regime, "seed": key.seed, **scores,
