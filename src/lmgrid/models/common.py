@@ -55,10 +55,11 @@ def maybe_compiled(fn, compiled: bool):
 
     Only the per-time-step function of a hand-written cell is compiled, not the loop over time: the graph stays
     small (a matmul plus the gate pointwise ops, which Inductor fuses into one kernel), compiles in seconds and
-    is reused at every step and every sequence length. A new batch size triggers one recompilation.
+    is reused at every step and every sequence length; a second batch size makes torch.compile recompile it
+    once with a dynamic batch dimension, which then serves every size.
     """
     if not compiled:
         return fn
     if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, dynamic=False)
+        _COMPILED[fn] = torch.compile(fn)
     return _COMPILED[fn]
