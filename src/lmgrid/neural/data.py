@@ -82,13 +82,12 @@ class WindowData(Dataset):
 
 class BatchIndices(Sampler):
     """Batches of example ids; shuffled by a permutation that depends on (seed, epoch) only, so a resumed run
-    sees the same order as an uninterrupted one. Lightning calls set_epoch before every epoch."""
+    sees the same order as an uninterrupted one. The trainer rebuilds the train loader every epoch
+    (reload_dataloaders_every_n_epochs=1), passing the epoch; there is deliberately no set_epoch: on a resumed
+    run Lightning makes the first epoch's iterator before it would call it."""
 
-    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0):
-        self.n, self.batch_size, self.shuffle, self.seed, self.epoch = n, batch_size, shuffle, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, epoch: int = 0):
+        self.n, self.batch_size, self.shuffle, self.seed, self.epoch = n, batch_size, shuffle, seed, epoch
 
     def __len__(self):
         return math.ceil(self.n / self.batch_size)
@@ -112,13 +111,18 @@ class StreamChunks(Dataset):
         return math.ceil(self.x.shape[1] / self.bptt)
 
     def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)
         sl = slice(i * self.bptt, (i + 1) * self.bptt)
         return self.x[:, sl], self.y[:, sl]
 
 
 def loader(dataset: Dataset, sampler: Sampler | None = None) -> DataLoader:
     # batch_size=None: each dataset item already is a batch. Data lives in memory: no worker processes.
-    return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=0)
+    # Its own generator: making an iterator draws a seed from it, and drawing from the global RNG would shift
+    # the dropout noise by however many iterators were made before, which differs on a resumed run.
+    return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=0,
+                      generator=torch.Generator().manual_seed(0))
 
 
 class LMData(pl.LightningDataModule):
@@ -168,7 +172,8 @@ class LMData(pl.LightningDataModule):
         if self.regime == "stream":
             return loader(StreamChunks(x, y, self.bptt))
         size = self.batch_size if split == "train" else self.eval_batch_size
-        return loader(WindowData(x, y), BatchIndices(len(y), size, shuffle, self.seed))
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        return loader(WindowData(x, y), BatchIndices(len(y), size, shuffle, self.seed, epoch))
 
     def train_dataloader(self):
         return self.dataloader("train", shuffle=True)

@@ -163,6 +163,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
         gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+        reload_dataloaders_every_n_epochs=1,  # a fresh, epoch-seeded shuffle each epoch (see data.BatchIndices)
         default_root_dir=str(ckpt_dir))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(does not have many workers|Checkpoint directory).*")
