@@ -8,9 +8,11 @@ model.ckpt, log.csv, gates.csv (lstm, gru) and, last, metrics.json.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 import warnings
@@ -29,44 +31,10 @@ from lmgrid.vocab import Vocab
 from . import gates as gates_mod
 from .callbacks import EpochLog, Progress
 from .data import LMData
+from .hparams import MODEL_KEYS, NOT_FINGERPRINTED, resolve_hparams
 from .module import LMModule, evaluate
 
-# Every training setting, with the default used when config.yaml's `train:` section leaves it out.
-DEFAULTS = {
-    "epochs": 2, "batch_size": 64, "stream_batch_size": 20, "eval_batch_size": 256, "stream_eval_batch_size": 10,
-    "bptt": 35, "max_train_tokens": 0,
-    "optimizer": "adam", "lr": 0.003, "momentum": 0.0, "weight_decay": 0.0, "clip": 1.0,
-    "lr_decay": 0.5, "lr_patience": 0, "early_stop_patience": 3,
-    "emb_dim": 64, "hidden_dim": 64, "dropout": 0.0, "tie_weights": False, "activation": "tanh", "direct": False,
-    "heads": 4, "compile": False,
-    "precision": "32-true", "accelerator": "auto", "deterministic": True, "log_every": 200,
-}
-MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "compile")
-# Settings that change how a run is displayed or placed, not what it computes: not part of the fingerprint.
-NOT_FINGERPRINTED = ("log_every", "accelerator")
-CKPT_FORMAT = "lmgrid-neural-1"
-
-
-def resolve_hparams(train_cfg: dict | None, arch: str) -> dict:
-    """DEFAULTS, overridden by the config's `train:` keys, overridden by its `per_arch: {<arch>: {...}}`."""
-    train_cfg = dict(train_cfg or {})
-    per_arch = train_cfg.pop("per_arch", {}) or {}
-    hp = dict(DEFAULTS)
-    for source, values in (("train", train_cfg), (f"train.per_arch.{arch}", per_arch.get(arch, {}))):
-        for key, value in values.items():
-            if key not in DEFAULTS:
-                raise LmgridError(f"{source}.{key}: unknown training setting (known: {', '.join(sorted(DEFAULTS))})")
-            hp[key] = value
-    for key in ("epochs", "batch_size", "stream_batch_size", "eval_batch_size", "stream_eval_batch_size", "bptt"):
-        if not isinstance(hp[key], int) or isinstance(hp[key], bool) or hp[key] < 1:
-            raise LmgridError(f"train.{key}: {hp[key]!r} is not allowed (must be an integer >= 1)")
-    if not (isinstance(hp["lr"], (int, float)) and hp["lr"] > 0):
-        raise LmgridError(f"train.lr: {hp['lr']!r} is not allowed (must be a number > 0)")
-    if hp["optimizer"] not in ("sgd", "adam"):
-        raise LmgridError(f"train.optimizer: unknown optimizer {hp['optimizer']!r} (expected sgd or adam)")
-    if hp["precision"] not in ("32-true", "bf16-mixed"):
-        raise LmgridError(f"train.precision: {hp['precision']!r} is not supported (expected 32-true or bf16-mixed)")
-    return hp
+CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 
 
 def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> None:
@@ -212,6 +180,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "
           f"{metrics['train_tokens_per_s']:.0f} train tokens/s, {metrics['wall_s']:.1f} s", flush=True)
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # finished: nothing left to resume
+    with contextlib.suppress(OSError):
+        os.removedirs(ckpt_dir.parent)  # and the folders that held only it
     return metrics
 
 
