@@ -16,6 +16,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/vocab.smk"
 include: "workflow/rules/ngram.smk"
+include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 
 
