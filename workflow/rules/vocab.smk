@@ -1,4 +1,5 @@
 rule vocab:
+    localrule: local("vocab")
     input:
         expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
     output:
@@ -16,6 +17,7 @@ rule vocab:
 
 
 rule oracle:
+    localrule: local("oracle")
     input:
         vocab="results/{corpus}/vocab.json",
         corpus=expand("results/{{corpus}}/corpus/{split}.txt", split=["valid", "test"]),
