@@ -82,6 +82,7 @@ fi
 # ---- state, cleanup -------------------------------------------------------------------------------
 STATE=$(mktemp -d /tmp/lmgrid-slurm.XXXXXX)
 chmod 755 "$STATE"
+mapfile -t STEPS_BEFORE < <(pgrep -x slurmstepd || true)
 PIDS=()       # daemons started here, in start order
 NAMES=()
 WROTE=()      # config files written here (removed at exit)
@@ -113,7 +114,7 @@ cleanup() {
             done
         fi
     fi
-    local i pid
+    local i pid steps
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         pid=${PIDS[i]}
         alive "$pid" || continue
@@ -126,6 +127,13 @@ cleanup() {
         wait "$pid" 2>/dev/null
         log "stopped ${NAMES[i]} (pid $pid)"
     done
+    # slurmstepd processes of this cluster's jobs (none existed before it started) must be gone too.
+    for _ in $(seq 20); do
+        steps=$(pgrep -x slurmstepd | grep -vxF -f <(printf '%s\n' "${STEPS_BEFORE[@]}" "") || true)
+        [[ -z $steps ]] && break
+        sleep 0.5
+    done
+    for pid in $steps; do log "killing leftover job step slurmstepd (pid $pid)"; kill -KILL "$pid"; done
     for f in "${WROTE[@]}"; do rm -f "$f"; done
     if [[ $rc -ne 0 && -d $STATE ]]; then
         log "exit $rc: daemon logs kept in $STATE"
@@ -134,9 +142,17 @@ cleanup() {
     fi
     exit "$rc"
 }
+CHILD=""
+on_signal() {  # stop the command first (it may be mid-run), then the EXIT trap stops the daemons
+    if [[ -n $CHILD ]] && alive "$CHILD"; then
+        kill -TERM "$CHILD" 2>/dev/null
+        wait "$CHILD" 2>/dev/null
+    fi
+    exit "$1"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
 
 wait_for() {  # seconds, description, command...: poll until the command succeeds
     local limit=$1 what=$2; shift 2
@@ -250,7 +266,7 @@ log "cluster up: $(sinfo -h -o '%P %D %T %C %G') (state: $STATE)"
 # ---- the command ------------------------------------------------------------------------------------
 export LMGRID_SLURM_CLUSTER="$STATE"
 set +e
-"$@"
-rc=$?
-set -e
-exit $rc
+"$@" </dev/null &   # in the background so that a signal reaches the traps at once
+CHILD=$!
+wait "$CHILD"
+exit $?
