@@ -45,5 +45,5 @@ bench-%: $(STAMP)
 ## installs the Debian packages when missing and starts daemons on loopback, stopping them at the end;
 ## without root it skips with the reason.
 .PHONY: test-cluster
-test-cluster: $(STAMP)
+test-cluster: $(TSTAMP)
 	tests/cluster/with_slurm.sh $(PY) -m pytest -v -s tests/cluster
