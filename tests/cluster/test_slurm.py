@@ -98,7 +98,10 @@ def runs(cluster, tmp_path_factory):
               "cluster": {"local_rules": []}}
     started = {
         "slurm": Run(base / "slurm", tiny, TARGETS, SLURM_PROFILE, SLURM_FLAGS),
-        "failing": Run(base / "failing", broken, ["results/broken/vocab.json"], SLURM_PROFILE, SLURM_FLAGS,
+        # Its one job also asks for a GPU the way the profile's training jobs do (gpu + gpu_model; the
+        # test node has one GPU slot of type testgpu), so the GPU request path is exercised today.
+        "failing": Run(base / "failing", broken, ["results/broken/vocab.json"], SLURM_PROFILE,
+                       SLURM_FLAGS + ["--set-resources", "corpus:gpu=1", "corpus:gpu_model=testgpu"],
                        files={"empty.txt": ""}),
     }
     started["local"] = Run(base / "local", tiny, TARGETS, LOCAL_PROFILE, [])
@@ -255,6 +258,7 @@ def test_failing_job_is_reported(runs):
     row = sacct([sid])[sid]
     assert row["State"] == "FAILED" and row["ExitCode"] != "0:0", row
     assert row["Comment"].startswith("rule_corpus_"), row
+    assert "gres/gpu=1" in row["AllocTRES"], f"the job's gpu/gpu_model request did not reach SLURM: {row}"
     # The job's own log names the bad input, and Snakemake shows it (show-failed-logs).
     assert "empty.txt: file is empty" in (run.workdir / "results/broken/logs/corpus.log").read_text()
     assert "empty.txt: file is empty" in out

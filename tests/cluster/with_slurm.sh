@@ -17,8 +17,8 @@
 # - proctrack/linuxproc + task/none: no cgroups in a container.
 # - accounting through slurmdbd + MariaDB: the plugin's default status check is sacct (as on real clusters).
 # - MinJobAge=300: finished jobs stay visible to squeue/scontrol while Snakemake polls.
-# - the node offers one count-only GPU GRES so a job's `gpu` resource is accepted and scheduled as on a
-#   GPU cluster; there is no device behind it, the job itself runs on the CPU.
+# - the node offers one GPU GRES of type testgpu (File=/dev/null: no device) so that a job's `gpu` and
+#   `gpu_model` resources are scheduled as on a GPU cluster; the job itself runs on the CPU.
 set -euo pipefail
 
 PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server)
@@ -220,7 +220,7 @@ start_daemon slurmdbd /usr/sbin/slurmdbd -D
 node=$(slurmd -C | head -1 | sed -E 's/^NodeName=[^ ]+ //')
 write_conf /etc/slurm/gres.conf 644 <<EOF
 $MARK
-NodeName=localhost Name=gpu File=/dev/null Count=1
+NodeName=localhost Name=gpu Type=testgpu File=/dev/null Count=1
 EOF
 write_conf /etc/slurm/slurm.conf 644 <<EOF
 $MARK
@@ -251,7 +251,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoreFlags=job_comment
 AccountingStorageTRES=gres/gpu
-NodeName=localhost NodeAddr=127.0.0.1 $node Gres=gpu:1 State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 $node Gres=gpu:testgpu:1 State=UNKNOWN
 PartitionName=ci Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 mkdir -p "$STATE/slurmctld" "$STATE/slurmd"
