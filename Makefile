@@ -46,4 +46,4 @@ bench-%: $(STAMP)
 ## without root it skips with the reason.
 .PHONY: test-cluster
 test-cluster: $(TSTAMP)
-	tests/cluster/with_slurm.sh $(PY) -m pytest -v -s tests/cluster
+	timeout --kill-after=60 1800 tests/cluster/with_slurm.sh $(PY) -m pytest -v -s tests/cluster

@@ -89,7 +89,9 @@ WROTE=()      # config files written here (removed at exit)
 
 start_daemon() {  # name, command...: start in the background, remember its pid
     local name=$1; shift
-    "$@" >"$STATE/$name.out" 2>&1 &
+    # Own session: a signal to this script's process group (e.g. from `timeout`) must not stop the daemons
+    # before cleanup has cancelled the jobs; cleanup stops them in order.
+    setsid "$@" >"$STATE/$name.out" 2>&1 </dev/null &
     PIDS+=($!)
     NAMES+=("$name")
     log "started $name (pid $!)"
@@ -117,7 +119,11 @@ cleanup() {
     local i pid steps
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         pid=${PIDS[i]}
-        alive "$pid" || continue
+        if ! alive "$pid"; then  # e.g. `timeout` signalled the whole process group
+            wait "$pid" 2>/dev/null
+            log "${NAMES[i]} (pid $pid) had already exited"
+            continue
+        fi
         kill -TERM "$pid"
         for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
         if alive "$pid"; then
@@ -133,7 +139,16 @@ cleanup() {
         [[ -z $steps ]] && break
         sleep 0.5
     done
-    for pid in $steps; do log "killing leftover job step slurmstepd (pid $pid)"; kill -KILL "$pid"; done
+    for pid in $steps; do
+        local tree=$pid kids
+        kids=$pid
+        while [[ -n $kids ]]; do  # the job's processes too: they outlive a killed slurmstepd
+            kids=$(for k in $kids; do pgrep -P "$k"; done | tr '\n' ' ')
+            tree+=" $kids"
+        done
+        log "killing a leftover job step and its processes: $tree"
+        kill -KILL $tree 2>/dev/null
+    done
     for f in "${WROTE[@]}"; do rm -f "$f"; done
     if [[ $rc -ne 0 && -d $STATE ]]; then
         log "exit $rc: daemon logs kept in $STATE"
