@@ -276,8 +276,8 @@ def test_profile_requests_gpus_through_the_gpu_resource():
     """Training asks for GPUs the way the plugin accepts (it rejects --gres/--gpus in slurm_extra)."""
     profile = yaml.safe_load((SLURM_PROFILE / "profile.yaml").read_text())
     assert profile["executor"] == "slurm"
-    train = profile["set-resources"]["train"]
-    assert int(train["gpu"]) >= 1
+    for rule in ("train", "train_gated"):
+        assert int(profile["set-resources"][rule]["gpu"]) >= 1, rule
     for rule, res in {"*": profile["default-resources"], **profile["set-resources"]}.items():
         extra = str(res.get("slurm_extra", ""))
         assert not re.search(r"--(gres|gpus)\b", extra), f"{rule}: slurm_extra must not request GPUs: {extra}"
