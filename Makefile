@@ -40,3 +40,10 @@ clean:
 ## benchmarks print measured figures: make bench-ngram, bench-lstm, bench-cells
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
+
+## the pipeline on a real single-node SLURM through workflow/profiles/slurm (docs/cluster.md). As root it
+## installs the Debian packages when missing and starts daemons on loopback, stopping them at the end;
+## without root it skips with the reason.
+.PHONY: test-cluster
+test-cluster: $(TSTAMP)
+	timeout --kill-after=60 1800 tests/cluster/with_slurm.sh $(PY) -m pytest -v -s tests/cluster

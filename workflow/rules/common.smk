@@ -33,6 +33,11 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
 
 
+def local(rule_name):
+    """Whether a rule runs on the submit host rather than as a cluster job (config cluster.local_rules)."""
+    return rule_name in config["cluster"]["local_rules"]
+
+
 def raw_inputs(wildcards):
     """The corpus stage's input files, by split (or the one text file)."""
     c = config["corpus"]

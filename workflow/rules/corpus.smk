@@ -1,4 +1,5 @@
 rule synth:
+    localrule: local("synth")
     output:
         expand("results/{{corpus}}/raw/{split}.{ext}", split=SPLITS, ext=["txt", "logprob"]),
     params:
@@ -16,6 +17,7 @@ rule synth:
 
 
 rule corpus:
+    localrule: local("corpus")
     input:
         unpack(raw_inputs),
     output:

@@ -1,4 +1,5 @@
 rule summary:
+    localrule: local("summary")
     input:
         stats="results/{corpus}/corpus/corpus_stats.json",
         vocab_report="results/{corpus}/vocab_report.json",

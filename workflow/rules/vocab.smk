@@ -1,4 +1,5 @@
 rule vocab:
+    localrule: local("vocab")
     input:
         train="results/{corpus}/corpus/train.txt",
         valid="results/{corpus}/corpus/valid.txt",
@@ -20,6 +21,7 @@ rule vocab:
 
 
 rule oracle:
+    localrule: local("oracle")
     input:
         vocab="results/{corpus}/vocab.json",
         valid="results/{corpus}/corpus/valid.txt",
