@@ -16,9 +16,15 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/vocab.smk"
 include: "workflow/rules/summary.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         f"results/{CORPUS}/summary.csv",
         f"results/{CORPUS}/summary.md",
+        [f.format(corpus=CORPUS) for name in config["studies"] for f in study_files(name, report_marked=False)],
+        f"results/{CORPUS}/mlflow_sync.json",

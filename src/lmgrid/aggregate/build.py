@@ -8,7 +8,7 @@ from ..errors import LmgridError
 from ..runkey import expand_study
 from . import effects, plots, tables
 from .collect import load_study, read_oracle
-from .layout import STUDIES_DIR, study_plan
+from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
 
 
 def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: str | Path = ".",
@@ -26,8 +26,8 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
         return str(out / s)
 
     tables.write_tables(name, study.get("description", ""), summary, oracle,
-                        f"{stem('table')}.csv", f"{stem('table')}.md", f"{stem('table')}.tex")
-    written += [f"{stem('table')}.{e}" for e in ("csv", "md", "tex")]
+                        *(f"{stem('table')}.{e}" for e in TABLE_EXTS))
+    written += [f"{stem('table')}.{e}" for e in TABLE_EXTS]
     for s in plan:
         title = f"Study {name}"
         if s == "ppl_vs_nstep":
@@ -41,14 +41,17 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             written += plots.gate_means(data["gates"], stem(s), f"{title}: gate means against n_step")
         elif s == "gates_effect":
             eff = effects.gate_slopes(data["gates"])
-            effects.write_effects(name, eff, f"{stem(s)}.csv", f"{stem(s)}.md", f"{stem(s)}.tex")
-            written += [f"{stem(s)}.{e}" for e in ("csv", "md", "tex")]
+            effects.write_effects(name, eff, *(f"{stem(s)}.{e}" for e in TABLE_EXTS))
+            written += [f"{stem(s)}.{e}" for e in TABLE_EXTS]
         elif s.startswith("saturation_"):
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
             label = arch if impl == "torch" else f"{arch}/{impl}"
             written += plots.saturation(g, stem(s), f"{title}: {label} per-unit gate saturation")
+    planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}
+    if planned != set(written):  # a bug, not a user error: Snakemake would miss or reject files
+        raise RuntimeError(f"study {name}: wrote {sorted(set(written) ^ planned)} against the plan")
     return written
 
 

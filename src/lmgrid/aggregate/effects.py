@@ -10,13 +10,14 @@ error of the slope over the n_step points (df = points - 2), which ignores seed-
 from __future__ import annotations
 
 import math
+from html import escape
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from ..errors import atomic_write
-from .tables import _latex_escape
+from .tables import _latex_escape, html_page
 
 CONFIDENCE = 0.95
 COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "gate_mean_first", "gate_mean_last",
@@ -60,7 +61,7 @@ def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataF
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path) -> None:
+def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path, html_path) -> None:
     with atomic_write(csv_path) as fh:
         effects.to_csv(fh, index=False, float_format="%.6g")
     pct = int(CONFIDENCE * 100)
@@ -90,3 +91,8 @@ def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path)
     tex += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     with atomic_write(tex_path) as fh:
         fh.write("\n".join(tex))
+    note = (f"<p>Slope of the mean gate activation per extra context token with its {pct}% confidence interval "
+            f"({escape(effects['method'].iloc[0]) if len(effects) else 'no data'}); <i>direction</i> is rises/falls "
+            "only when the interval excludes 0. Layers count from 0.</p>")
+    with atomic_write(html_path) as fh:
+        fh.write(html_page(f"Gate means against n_step, study {name}", [note, show.to_html(index=False, border=0)]))

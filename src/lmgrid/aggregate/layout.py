@@ -7,11 +7,12 @@ a plot is made when the grid varies along its axis.
 """
 from __future__ import annotations
 
+from ..errors import LmgridError
 from ..runkey import RunKey, expand_study
 
 GATED_ARCHS = ("lstm", "gru")
 STUDIES_DIR = "results/{corpus}/studies"
-TABLE_EXTS = ("csv", "md", "tex")
+TABLE_EXTS = ("csv", "md", "tex", "html")  # html: the view in the Snakemake report
 FIGURE_EXTS = ("pdf", "png")
 
 
@@ -48,6 +49,30 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     return plan
 
 
+# Outputs shown in the Snakemake HTML report: stem prefix -> (extension, caption file, label).
+REPORT_KINDS = {
+    "table": ("html", "table.rst", "perplexity table"),
+    "ppl_vs_nstep": ("png", "ppl_vs_nstep.rst", "PPL against n_step"),
+    "ppl_vs_layers": ("png", "ppl_vs_layers.rst", "PPL against layers"),
+    "curves": ("png", "curves.rst", "training curves"),
+    "gates_vs_nstep": ("png", "gates_vs_nstep.rst", "gate means against n_step"),
+    "gates_effect": ("html", "gates_effect.rst", "gate effect, 95% CI"),
+    "saturation": ("png", "saturation.rst", "per-unit gate saturation"),
+}
+
+
+def report_item(stem: str, ext: str) -> tuple[str, str] | None:
+    """(caption file, label) when stem.ext belongs in the HTML report, else None."""
+    kind = "saturation" if stem.startswith("saturation_") else stem
+    if kind not in REPORT_KINDS or REPORT_KINDS[kind][0] != ext:
+        return None
+    _, caption, label = REPORT_KINDS[kind]
+    if kind == "saturation":
+        arch, impl = stem.split("_")[1:3]
+        label += f" ({arch if impl == 'torch' else arch + '/' + impl})"
+    return caption, label
+
+
 def study_outputs(corpus: str, name: str, study: dict) -> list[str]:
     base = f"{STUDIES_DIR.format(corpus=corpus)}/{name}"
     return [f"{base}/{stem}.{ext}" for stem, exts in study_plan(study).items() for ext in exts]
@@ -55,3 +80,13 @@ def study_outputs(corpus: str, name: str, study: dict) -> list[str]:
 
 def all_outputs(corpus: str, studies: dict) -> list[str]:
     return [p for name, study in studies.items() for p in study_outputs(corpus, name, study)]
+
+
+def check_mlflow(mlflow: dict, source: str = "config") -> None:
+    """The mlflow config section beyond the schema: live logging needs a server, never the sqlite file."""
+    uri = mlflow.get("tracking_uri", "sqlite:///results/mlflow.db")
+    if not uri.startswith(("sqlite:///", "http://", "https://")):
+        raise LmgridError(f"{source}: mlflow.tracking_uri: expected sqlite:///<path> or http(s)://, got {uri!r}")
+    if mlflow.get("live") and uri.startswith("sqlite:"):
+        raise LmgridError(f"{source}: mlflow.live: needs an http(s):// tracking_uri; training jobs must not write "
+                          f"the sqlite file {uri!r} (parallel writers get 'database is locked')")

@@ -130,6 +130,34 @@ def to_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+HTML_STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
+              "th,td{padding:3px 10px;text-align:right;border-bottom:1px solid #ddd}th:first-child,td:first-child"
+              "{text-align:left}thead th{border-bottom:2px solid #333}caption{text-align:left;padding:4px 0}</style>")
+
+
+def to_html(table: pd.DataFrame, caption: str) -> str:
+    from html import escape
+
+    best = best_per_column(table)
+    out = [f"<table><caption>{escape(caption)}</caption><thead><tr><th>model</th>"
+           + "".join(f"<th>{escape(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
+    for label, row in table.iterrows():
+        cells = [escape(str(label)), escape(str(row["seeds"]))]
+        for c in table.columns[1:]:
+            text = escape(_cell(row[c], False, "md"))
+            cells.append(f"<b>{text}</b>" if best.get(c) == label else text)
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def html_page(title: str, body: list[str]) -> str:
+    from html import escape
+
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>{HTML_STYLE}</head>"
+            f"<body><h2>{escape(title)}</h2>{''.join(body)}</body></html>\n")
+
+
 def to_latex(table: pd.DataFrame, caption: str, label: str) -> str:
     """A booktabs table; `caption` is LaTeX source (escape it yourself)."""
     best = best_per_column(table)
@@ -148,7 +176,7 @@ def to_latex(table: pd.DataFrame, caption: str, label: str) -> str:
 
 
 def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl: float | None,
-                 csv_path, md_path, tex_path) -> None:
+                 csv_path, md_path, tex_path, html_path) -> None:
     with atomic_write(csv_path) as fh:
         summary.to_csv(fh, index=False, float_format="%.4f")
     md = [f"## Study `{name}`", ""]
@@ -166,6 +194,15 @@ def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl:
         tex += [to_latex(pivot(summary, split, _oracle(oracle_ppl, split)), caption, f"tab:{name}-{split}"), ""]
     with atomic_write(tex_path) as fh:
         fh.write("\n".join(tex))
+    from html import escape
+
+    body = [f"<p>{escape(description)}</p>"] if description else []
+    for split in ("test", "valid"):
+        body.append(to_html(pivot(summary, split, _oracle(oracle_ppl, split)),
+                            f"{split.capitalize()} perplexity, mean ± std over seeds (seeds = how many); "
+                            "lowest mean per column in bold."))
+    with atomic_write(html_path) as fh:
+        fh.write(html_page(f"Study {name}", body))
 
 
 def _oracle(oracle: dict | float | None, split: str) -> float | None:
