@@ -2,17 +2,24 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
+TSTAMP  := $(VENV)/.installed-test-stamp
 CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: setup run test test-all report lint clean
 
+# requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
+# compiles for about a minute) come only with `make test`.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
+
+$(TSTAMP): $(STAMP) requirements-test.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.lock
+	touch $(TSTAMP)
 
 setup: $(STAMP)
 
@@ -21,7 +28,7 @@ run: $(STAMP)
 	$(SMK) --cores $(CORES)
 
 ## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
-test: $(STAMP)
+test: $(TSTAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)

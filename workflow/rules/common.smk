@@ -1,6 +1,7 @@
 # Helpers shared by the rules. The config is checked here first, so a bad value stops the run
 # with one line naming the key before Snakemake builds the DAG.
 import json
+import os
 import shlex
 import sys
 
@@ -9,15 +10,22 @@ from lmgrid.errors import LmgridError
 from lmgrid.runkey import RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
 
 try:
-    _check_config(config, workflow.source_path("../schemas/config.schema.yaml"), source="config")
+    _check_config(config, workflow.source_path("../schemas/config.schema.yaml"),
+                  source=" + ".join(map(str, workflow.configfiles)) or "config")
 except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
 CORPUS = config["corpus"]["name"]
 KIND = config["corpus"]["kind"]
 SPLITS = ["train", "valid", "test"]
-# The interpreter running Snakemake also runs the jobs, so no PATH setup is needed.
-LMGRID = f"{shlex.quote(sys.executable)} -m lmgrid"
+envvars:
+    "PATH",
+
+
+# Jobs call `lmgrid`, installed beside the interpreter running Snakemake: put that first on
+# PATH so the jobs use the same environment even when it was never activated.
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+ENV = "../envs/lmgrid.yaml"
 
 
 wildcard_constraints:
@@ -37,6 +45,17 @@ def raw_inputs(wildcards):
 
 def corpus_input_args(wildcards, input):
     return " ".join(f"--input {k}={shlex.quote(str(v))}" for k, v in input.items())
+
+
+def corpus_options(wildcards):
+    c = config["corpus"]
+    opts = ["--lowercase"] if c.get("lowercase") else []
+    opts.append(f"--max-len {c.get('max_len', 0)}")
+    if KIND == "text":
+        t = c["text"]
+        ratios = t.get("ratios", {"train": 0.8, "valid": 0.1, "test": 0.1})
+        opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t.get('seed', 1)}")
+    return " ".join(opts)
 
 
 def run_dirs():

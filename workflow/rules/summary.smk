@@ -11,7 +11,9 @@ rule summary:
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
     log:
         "results/{corpus}/logs/summary.log",
+    conda:
+        ENV
     shell:
-        "{LMGRID} summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
+        "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
         "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
         "--csv {output.csv} --md {output.md} > {log} 2>&1"

@@ -1,6 +1,8 @@
 rule vocab:
     input:
-        expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
+        train="results/{corpus}/corpus/train.txt",
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
     output:
         vocab="results/{corpus}/vocab.json",
         report="results/{corpus}/vocab_report.json",
@@ -9,8 +11,10 @@ rule vocab:
         max_size=config["vocab"].get("max_size", 0),
     log:
         "results/{corpus}/logs/vocab.log",
+    conda:
+        ENV
     shell:
-        "{LMGRID} vocab --train {input[0]} --valid {input[1]} --test {input[2]} "
+        "lmgrid vocab --train {input.train} --valid {input.valid} --test {input.test} "
         "--out {output.vocab} --report {output.report} "
         "--min-count {params.min_count} --max-size {params.max_size} > {log} 2>&1"
 
@@ -18,13 +22,17 @@ rule vocab:
 rule oracle:
     input:
         vocab="results/{corpus}/vocab.json",
-        corpus=expand("results/{{corpus}}/corpus/{split}.txt", split=["valid", "test"]),
-        logprob=expand("results/{{corpus}}/raw/{split}.logprob", split=["valid", "test"]),
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+        valid_logprob="results/{corpus}/raw/valid.logprob",
+        test_logprob="results/{corpus}/raw/test.logprob",
     output:
         "results/{corpus}/oracle.json",
     log:
         "results/{corpus}/logs/oracle.log",
+    conda:
+        ENV
     shell:
-        "{LMGRID} oracle --vocab {input.vocab} "
-        "--split valid={input.corpus[0]},{input.logprob[0]} "
-        "--split test={input.corpus[1]},{input.logprob[1]} --out {output} > {log} 2>&1"
+        "lmgrid oracle --vocab {input.vocab} "
+        "--split valid={input.valid},{input.valid_logprob} "
+        "--split test={input.test},{input.test_logprob} --out {output} > {log} 2>&1"
