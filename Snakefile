@@ -26,5 +26,5 @@ rule all:
     input:
         f"results/{CORPUS}/summary.csv",
         f"results/{CORPUS}/summary.md",
-        [f.format(corpus=CORPUS) for name in config["studies"] for f in study_files(name, report_marked=False)],
+        expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",

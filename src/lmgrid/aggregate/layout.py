@@ -73,6 +73,22 @@ def report_item(stem: str, ext: str) -> tuple[str, str] | None:
     return caption, label
 
 
+def snakemake_outputs(studies: dict, report=None, caption_dir: str = "../report") -> list:
+    """Every study output as a Snakemake pattern over {corpus}; with `report` (Snakemake's report
+    function), the ones shown in the HTML report are wrapped in it, with caption, category and labels."""
+    out = []
+    for name, study in studies.items():
+        for stem, exts in study_plan(study).items():
+            for ext in exts:
+                path = f"{STUDIES_DIR}/{name}/{stem}.{ext}"
+                item = report_item(stem, ext) if report else None
+                if item:
+                    path = report(path, caption=f"{caption_dir}/{item[0]}", category="Studies", subcategory=name,
+                                  labels={"study": name, "output": item[1]})
+                out.append(path)
+    return out
+
+
 def study_outputs(corpus: str, name: str, study: dict) -> list[str]:
     base = f"{STUDIES_DIR.format(corpus=corpus)}/{name}"
     return [f"{base}/{stem}.{ext}" for stem, exts in study_plan(study).items() for ext in exts]
