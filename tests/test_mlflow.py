@@ -66,6 +66,8 @@ def test_sync_contents_and_idempotence(results, tmp_path):
     metrics = json.loads((results / f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2/metrics.json").read_text())
     assert cell["metrics.test_ppl"] == pytest.approx(metrics["test"]["ppl"])
     assert cell["params.n_step"] == "3" and cell["params.hparams.optimizer"] == "adam"
+    assert cell["metrics.best_epoch"] == metrics["best_epoch"] and cell["metrics.epochs"] == metrics["epochs"]
+    assert cell["tags.stopped_because"] == metrics["stopped_because"]
     assert cell["tags.lmgrid.studies"] == "context,more"
     assert cell["tags.mlflow.source.git.commit"] and cell["tags.version.mlflow"] == mlflow.__version__
     assert cell["metrics.gates/l0/f/mean"] > 0

@@ -32,12 +32,13 @@ def _colours(labels) -> dict:
     return {lab: cmap(i % 10) for i, lab in enumerate(sorted(set(labels)))}
 
 
-def save(fig, stem: str) -> list[str]:
+def save(fig, stem: str, exts=("pdf", "png"), dpi: int = 200) -> list[str]:
     """Write stem.pdf and stem.png atomically, without timestamps (the same data gives the same bytes)."""
     paths = []
-    for ext, meta in (("pdf", {"CreationDate": None, "ModDate": None}), ("png", {"Software": None})):
+    meta = {"pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}
+    for ext in exts:
         buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=200, bbox_inches="tight", metadata=meta)
+        fig.savefig(buf, format=ext, dpi=dpi, bbox_inches="tight", metadata=meta[ext])
         with atomic_write(f"{stem}.{ext}", "wb") as fh:
             fh.write(buf.getvalue())
         paths.append(f"{stem}.{ext}")
@@ -224,7 +225,7 @@ def run_curve(log: pd.DataFrame, stem: str, title: str) -> list[str]:
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(title)
         ax.legend(frameon=False)
-        return save(fig, stem)
+        return save(fig, stem, exts=("png",), dpi=110)
 
 
 __all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "saturation", "run_curve", "save"]

@@ -30,6 +30,7 @@ TAG_HASH = "lmgrid.content_sha256"
 TAG_KIND = "lmgrid.kind"
 TAG_STUDIES = "lmgrid.studies"
 FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")
+NUMERIC_PARAMS = ("order",)
 TAG_KEYS = ("stopped_because", "device", "torch_version", "lightning_version")
 KEY_FIELDS = ("name", "arch", "impl", "n_step", "layers", "regime", "seed", "valid", "test")
 VERSIONED = ("lmgrid", "torch", "pytorch-lightning", "lightning", "mlflow", "pandas", "numpy", "snakemake",
@@ -105,7 +106,10 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
     m = read_json(run_dir / "metrics.json")
     params = {k: str(getattr(key, k)) for k in ("arch", "impl", "n_step", "layers", "regime", "seed")}
     extras = {k: v for k, v in m.items() if k not in KEY_FIELDS and k not in FINAL_KEYS and k not in TAG_KEYS}
-    _flatten("", extras, params)
+    # Top-level numbers (train_tokens, best_epoch, ...) are results; settings (hparams, the n-gram order) are params.
+    numbers = {k: float(v) for k, v in extras.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in NUMERIC_PARAMS}
+    _flatten("", {k: v for k, v in extras.items() if k not in numbers}, params)
     tags = {k: str(m[k]) for k in TAG_KEYS if m.get(k) is not None}
     final = {}
     for split in ("valid", "test"):
@@ -115,6 +119,7 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
     for k in FINAL_KEYS:
         if isinstance(m.get(k), (int, float)):
             final["n_params" if k == "params" else k] = float(m[k])
+    final.update(numbers)
     history = []  # (key, value, step)
     if (run_dir / "log.csv").is_file():
         log = read_log(run_dir / "log.csv")
@@ -233,7 +238,7 @@ class Syncer:
             if files[1].is_file():
                 from .plots import run_curve
 
-                for path in run_curve(read_log(files[1]), f"{tmp}/curve", key.name)[1:]:
+                for path in run_curve(read_log(files[1]), f"{tmp}/curve", key.name):
                     self.client.log_artifact(rid, path)
             self.client.log_artifact(rid, str(self._packages_file(Path(tmp))), "environment")
         self._finish(rid, digest)
