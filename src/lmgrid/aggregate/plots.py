@@ -126,27 +126,36 @@ def _grid(n: int, ncols_max: int = 3, w: float = 3.2, h: float = 2.7):
 
 
 def curves(logs: pd.DataFrame, stem: str, title: str) -> list[str]:
-    """Train (dashed) and valid (solid) PPL per epoch, one panel per model, mean over seeds."""
+    """Valid (solid) and train (dashed) PPL per epoch, one panel per model on a shared y axis, mean over
+    seeds; the shaded band is the seeds' min-max of valid PPL."""
     varying = [c for c in ("n_step", "layers", "regime") if logs[c].nunique() > 1]
     models = sorted(logs["model"].unique())
     with plt.rc_context(STYLE):
         fig, axes = _grid(len(models))
+        for ax in axes[1:]:
+            ax.sharey(axes[0])
         for ax, model in zip(axes, models):
             g = logs[logs["model"] == model]
             g = g.assign(series=[_series_label(r, varying) for _, r in g.iterrows()])
             colours = _colours(g["series"])
             for name, s in g.groupby("series", sort=True):
-                m = s.groupby("epoch")[["train_ppl", "valid_ppl"]].mean()
-                short = name.split(", ", 1)[1] if ", " in name else "valid"
-                ax.plot(m.index, m["valid_ppl"], "-", marker="o", ms=3, color=colours[name], label=short)
-                ax.plot(m.index, m["train_ppl"], "--", color=colours[name], alpha=0.7)
-            _log_if_wide(ax, list(g["valid_ppl"]) + list(g["train_ppl"]))
+                by_epoch = s.groupby("epoch")
+                m = by_epoch[["train_ppl", "valid_ppl"]].mean()
+                short = name.split(", ", 1)[1] if ", " in name else None
+                ax.plot(m.index, m["valid_ppl"], "-", marker="o", ms=3, color=colours[name],
+                        label=f"{short}" if short else "valid")
+                ax.plot(m.index, m["train_ppl"], "--", color=colours[name], alpha=0.7,
+                        label=None if short else "train")
+                if s["seed"].nunique() > 1:
+                    ax.fill_between(m.index, by_epoch["valid_ppl"].min(), by_epoch["valid_ppl"].max(),
+                                    color=colours[name], alpha=0.15, lw=0)
+            _log_if_wide(ax, list(logs["valid_ppl"]) + list(logs["train_ppl"]))
             ax.set_title(model)
             ax.set_xlabel("Epoch")
-            ax.set_ylabel("PPL (solid valid, dashed train)")
+            ax.set_ylabel("Perplexity (PPL)" if axes.index(ax) % min(len(models), 3) == 0 else "")
             ax.xaxis.get_major_locator().set_params(integer=True)
             _legend(ax, g["series"].nunique())
-        fig.suptitle(title)
+        fig.suptitle(f"{title} (solid: valid, dashed: train; band: seed min-max)")
         fig.tight_layout()
         return save(fig, stem)
 
