@@ -179,3 +179,13 @@ def test_default_config_studies_cover_the_issue():
     assert {"context", "depth", "gates", "lstm_impls", "stream"} <= set(s)
     assert len(s["gates"]["seed"]) >= 3 and {"lstm", "gru"} <= set(s["gates"]["arch"])
     assert np.all([a in s["context"]["arch"] for a in ("kn", "mkn", "ffnn", "rnn", "lstm", "gru", "transformer")])
+
+
+def test_live_logger_settings_for_training_jobs():
+    from lmgrid.runkey import RunKey
+
+    key = RunKey("lstm", "cell", 5, 2, "window", 1)
+    assert layout.live_logger_kwargs({"tracking_uri": "sqlite:///results/mlflow.db", "live": False}, "c", key) is None
+    kw = layout.live_logger_kwargs({"tracking_uri": "http://127.0.0.1:5000", "live": True}, "c", key)
+    assert kw["tracking_uri"] == "http://127.0.0.1:5000" and kw["experiment_name"] == "c-live"
+    assert kw["tags"]["lmgrid.run_key"] == key.run_dir("c")

@@ -106,3 +106,17 @@ def check_mlflow(mlflow: dict, source: str = "config") -> None:
     if mlflow.get("live") and uri.startswith("sqlite:"):
         raise LmgridError(f"{source}: mlflow.live: needs an http(s):// tracking_uri; training jobs must not write "
                           f"the sqlite file {uri!r} (parallel writers get 'database is locked')")
+
+
+def live_logger_kwargs(mlflow: dict, corpus: str, key: RunKey) -> dict | None:
+    """Arguments for Lightning's MLFlowLogger in a training job when `mlflow.live` is on, else None.
+
+    Live runs go to their own experiment (`<corpus>-live`): the aggregation's experiment keeps exactly one
+    run per grid cell.  The tracking URI is always explicit (MLFlowLogger would default to ./mlruns).
+    """
+    if not mlflow.get("live"):
+        return None
+    check_mlflow(mlflow)
+    return {"tracking_uri": mlflow["tracking_uri"],
+            "experiment_name": f"{mlflow.get('experiment_prefix', '')}{corpus}-live",
+            "run_name": key.name, "tags": {"lmgrid.run_key": key.run_dir(corpus), "lmgrid.kind": "live"}}

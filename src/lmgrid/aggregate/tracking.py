@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -186,8 +187,9 @@ class Syncer:
                 self.client.delete_run(r.info.run_id)
         return out
 
-    def _packages_file(self, tmp: Path) -> Path:
-        p = tmp / "packages.txt"
+    def _packages_file(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        p = folder / "packages.txt"
         if self._packages is None:
             self._packages = packages_text()
         p.write_text(self._packages, encoding="utf-8")
@@ -231,16 +233,16 @@ class Syncer:
         rid = run.info.run_id
         payload = cell_payload(key, run_dir)
         _log_all(self.client, rid, payload["params"], payload["tags"], payload["final"], payload["history"])
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:  # staged, then one upload (one request over http)
             for f in files:
                 if f.is_file():
-                    self.client.log_artifact(rid, str(f))
+                    shutil.copyfile(f, Path(tmp) / f.name)
             if files[1].is_file():
                 from .plots import run_curve
 
-                for path in run_curve(read_log(files[1]), f"{tmp}/curve", key.name):
-                    self.client.log_artifact(rid, path)
-            self.client.log_artifact(rid, str(self._packages_file(Path(tmp))), "environment")
+                run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
+            self._packages_file(Path(tmp) / "environment")
+            self.client.log_artifacts(rid, tmp)
         self._finish(rid, digest)
         return rid
 
@@ -264,12 +266,14 @@ class Syncer:
             final["best_test_ppl"] = float(runs["test_ppl"].min())
         _log_all(self.client, rid, params, {}, final, [])
         self.client.log_table(rid, runs, "tables/runs.json")
-        for p in files:
-            if p.suffix == ".csv":
-                self.client.log_table(rid, pd.read_csv(p), f"tables/{p.stem}.json")
-            self.client.log_artifact(rid, str(p), "study")
         with tempfile.TemporaryDirectory() as tmp:
-            self.client.log_artifact(rid, str(self._packages_file(Path(tmp))), "environment")
+            for p in files:
+                if p.suffix == ".csv":
+                    self.client.log_table(rid, pd.read_csv(p), f"tables/{p.stem}.json")
+                (Path(tmp) / "study").mkdir(exist_ok=True)
+                shutil.copyfile(p, Path(tmp) / "study" / p.name)
+            self._packages_file(Path(tmp) / "environment")
+            self.client.log_artifacts(rid, tmp)
         self._finish(rid, digest)
         return rid
 
