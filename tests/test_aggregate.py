@@ -189,3 +189,13 @@ def test_live_logger_settings_for_training_jobs():
     kw = layout.live_logger_kwargs({"tracking_uri": "http://127.0.0.1:5000", "live": True}, "c", key)
     assert kw["tracking_uri"] == "http://127.0.0.1:5000" and kw["experiment_name"] == "c-live"
     assert kw["tags"]["lmgrid.run_key"] == key.run_dir("c")
+
+
+def test_a_study_name_must_be_a_folder_name():
+    from lmgrid.config import check_schema, load_yaml
+    from conftest import REPO
+
+    config = load_yaml(REPO / "config.yaml")
+    config["studies"] = {"my study/1": {"arch": ["kn"], "n_step": [2]}}
+    with pytest.raises(LmgridError, match=r"studies: 'my study/1' does not match"):
+        check_schema(config, REPO / "workflow/schemas/config.schema.yaml")
