@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import atomic_write  # noqa: E402
@@ -19,7 +20,8 @@ from ..errors import atomic_write  # noqa: E402
 GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o", "g": "candidate g",
               "z": "update gate z", "r": "reset gate r"}
 GATE_ORDER = ["i", "f", "o", "g", "z", "r"]
-NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": "--"}
+NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": (0, (7, 2))}
+NGRAM_MARKER = {"addk": "v", "katz": "^", "kn": "s", "mkn": "D"}
 STYLE = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "legend.fontsize": 8,
          "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
          "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100}
@@ -63,9 +65,13 @@ def _oracle_line(ax, oracle_ppl):
 
 
 def _log_if_wide(ax, values):
+    """A log y axis when the values span more than 4x, with plain numbers (20, 50, 100) as labels."""
     values = [v for v in values if v and not math.isnan(v)]
     if values and max(values) / min(values) > 4:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" and max(values) / min(values) < 30 else ""))
 
 
 def _legend(ax, n_items: int):
@@ -83,7 +89,8 @@ def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, tit
             g = g.sort_values("n_step")
             ngram = g["arch"].iloc[0] in NGRAM_STYLE
             ax.errorbar(g["n_step"], g["test_ppl_mean"], yerr=g["test_ppl_std"].fillna(0), capsize=3,
-                        ls=NGRAM_STYLE.get(g["arch"].iloc[0], "-"), marker="s" if ngram else "o", ms=4,
+                        ls=NGRAM_STYLE.get(g["arch"].iloc[0], "-"), marker=NGRAM_MARKER.get(g["arch"].iloc[0], "o"),
+                        ms=4,
                         color=colours[name], label=name)
         _oracle_line(ax, oracle_ppl)
         _log_if_wide(ax, list(df["test_ppl_mean"]) + ([oracle_ppl] if oracle_ppl else []))
