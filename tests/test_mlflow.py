@@ -106,6 +106,9 @@ def test_sync_contents_and_idempotence(results, tmp_path):
     assert len(runs) == n_cells + 2
     row = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0"].iloc[0]
     assert row["metrics.test_ppl"] == 123.0
+    # N-gram settings are params, its timings metrics.
+    assert row["params.order"] == "2" and row["params.settings.discounts"] == "[0.5, 0.8]"
+    assert row["metrics.timing.score_s"] == 0.25
 
 
 def _free_port() -> int:

@@ -47,7 +47,8 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
          "test": {"ppl": test, "nll_nats": round(tokens * math.log(test), 4), "tokens": tokens, "oov_tokens": 2},
          "params": 1000 * key.layers + 10 * key.n_step}
     if key.is_ngram:
-        m.update({"order": key.n_step, "method": key.arch, "discounts": [0.5, 0.8]})
+        m.update({"order": key.n_step, "method": key.arch, "settings": {"discounts": [0.5, 0.8]},
+                  "timing": {"score_s": 0.25}})
     else:
         m.update({"train_tokens_per_s": 5000.0, "train_tokens": 20000, "epochs": epochs, "best_epoch": epochs - 1, "stopped_because": "max_epochs", "wall_s": 1.5,
                   "device": "cpu", "torch_version": "fake", "lightning_version": "fake",

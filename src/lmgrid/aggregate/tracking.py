@@ -121,6 +121,12 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
         if isinstance(m.get(k), (int, float)):
             final["n_params" if k == "params" else k] = float(m[k])
     final.update(numbers)
+    for k in [k for k in params if k.endswith("_s") and "." in k]:  # timings (e.g. timing.score_s) are results
+        try:
+            final[k] = float(params[k])
+        except ValueError:
+            continue
+        del params[k]
     history = []  # (key, value, step)
     if (run_dir / "log.csv").is_file():
         log = read_log(run_dir / "log.csv")
