@@ -69,7 +69,7 @@ def run_dirs():
 # On a laptop `snakemake --cores 2 --resources gpu=1` runs one GPU job at a time; on SLURM the plugin
 # turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
 def train_threads(wildcards):
-    return 1 if wildcards.arch in NGRAM_ARCHS else config.get("train", {}).get("threads", 2)
+    return 1 if wildcards.arch in NGRAM_ARCHS else config.get("train", {}).get("threads", 1)
 
 
 def train_mem_mb(wildcards, attempt):

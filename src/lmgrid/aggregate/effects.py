@@ -58,6 +58,8 @@ def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataF
                      "gate_mean_first": by_step.iloc[0], "gate_mean_last": by_step.iloc[-1],
                      "slope_per_token": slope, "ci_low": lo, "ci_high": hi, "method": method,
                      "direction": direction})
+    order = "ifogzr"  # LSTM i f o g, then GRU z r
+    rows.sort(key=lambda r: (r["model"], r["layers"], r["layer"], order.find(r["gate"]) % 99))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
