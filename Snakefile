@@ -15,6 +15,8 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/vocab.smk"
+include: "workflow/rules/ngram.smk"
+include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/aggregate.smk"
 

@@ -8,6 +8,10 @@ import tempfile
 from pathlib import Path
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class LmgridError(Exception):
     """A problem with the user's input or config. The CLI prints it as one line, without a traceback."""
 
@@ -19,6 +23,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w"):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; outputs get the usual permissions
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as fh:
             yield fh

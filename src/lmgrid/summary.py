@@ -21,7 +21,10 @@ def ppl_table(oracle_path: str | None, metrics_paths: list[str]) -> pd.DataFrame
                      "valid_ppl": m["valid"]["ppl"], "test_ppl": m["test"]["ppl"],
                      "valid_tokens": m["valid"]["tokens"], "test_tokens": m["test"]["tokens"],
                      "params": m.get("params")})
-    return pd.DataFrame(rows, columns=PPL_COLUMNS)
+    table = pd.DataFrame(rows, columns=PPL_COLUMNS)
+    for col in ("n_step", "layers", "seed", "valid_tokens", "test_tokens", "params"):
+        table[col] = table[col].astype("Int64")  # integers, with a blank where a row has none
+    return table
 
 
 def stats_table(corpus_stats_path: str, vocab_report_path: str) -> pd.DataFrame:
@@ -48,7 +51,8 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
           f"Vocabulary: {stats.attrs['vocab_size']} entries (4 specials included).", "",
           stats.to_markdown(index=False, floatfmt=".4f"), "",
           "Perplexity counts every word and one `</s>` per sentence; `<s>` is never counted.", "",
-          table.drop(columns=["arch", "impl"]).to_markdown(index=False, floatfmt=".2f") if len(table) else "(no models)",
+          table.drop(columns=["arch", "impl"]).astype(object).where(table.notna().drop(columns=["arch", "impl"]), "")
+          .to_markdown(index=False, floatfmt=".2f") if len(table) else "(no models)",
           ""]
     with atomic_write(md_out) as fh:
         fh.write("\n".join(md))

@@ -1,0 +1,31 @@
+"""Neural language models: plain nn.Modules sharing one interface.
+
+    model = build_model(ModelConfig(arch="lstm", vocab_size=V, impl="cell", layers=2))
+    logits, state, gates = model(tokens, state=None, return_gates=False)
+
+* tokens LongTensor [B, T] -> logits [B, T, V]. ffnn needs T == n_step-1 and returns [B, 1, V] (the next token).
+* state is opaque (None = zeros); pass it back for the next chunk; `model.detach_state(state)` cuts the graph for
+  truncated BPTT. Stateless models (ffnn, transformer) return None.
+* gates: None unless return_gates. Then a dict gate -> [layers, B, T, H] of post-activation values:
+  LSTM i, f, o (sigmoid) and g (tanh); GRU z, r; an empty dict for architectures without gates.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .config import IMPLS, ModelConfig
+from .ffnn import FFNNLM
+from .gru import GRULM
+from .lstm import LSTMLM
+from .rnn import RNNLM
+from .transformer import TransformerLM
+
+ARCHS = {"ffnn": FFNNLM, "rnn": RNNLM, "lstm": LSTMLM, "gru": GRULM, "transformer": TransformerLM}
+
+__all__ = ["ARCHS", "IMPLS", "ModelConfig", "build_model", "FFNNLM", "RNNLM", "LSTMLM", "GRULM", "TransformerLM"]
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model cfg describes; raises LmgridError (one line naming the key and value) on a bad config."""
+    cfg.validate()
+    return ARCHS[cfg.arch](cfg)

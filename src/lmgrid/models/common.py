@@ -1,0 +1,65 @@
+"""Pieces every architecture shares: the token embedding and the output layer (with optional weight tying)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+
+# Small uniform init of embeddings and output weights (as in Zaremba et al. 2014 and pytorch/examples'
+# word_language_model): the untrained model's logits are then nearly equal, so its loss starts at ~log(V).
+INIT_RANGE = 0.1
+
+
+class Embedding(nn.Embedding):
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__(vocab_size, dim)
+        nn.init.uniform_(self.weight, -INIT_RANGE, INIT_RANGE)
+
+
+class OutputHead(nn.Module):
+    """hidden [.., hidden_dim] -> logits [.., V], with dropout before it.
+
+    With tie_weights the output matrix is the input embedding (Press & Wolf 2017; Inan et al. 2017). The embedding
+    is emb_dim wide, so when hidden_dim != emb_dim a bias-free linear projection hidden_dim -> emb_dim is inserted
+    first rather than refusing the combination.
+    """
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None):
+        super().__init__()
+        self.drop = nn.Dropout(cfg.dropout)
+        if cfg.tie_weights:
+            emb_dim = embedding.weight.shape[1]
+            self.proj = nn.Linear(in_dim, emb_dim, bias=False) if in_dim != emb_dim else nn.Identity()
+            self.decoder = nn.Linear(emb_dim, cfg.vocab_size)
+            self.decoder.weight = embedding.weight
+        else:
+            self.proj = nn.Identity()
+            self.decoder = nn.Linear(in_dim, cfg.vocab_size)
+            nn.init.uniform_(self.decoder.weight, -INIT_RANGE, INIT_RANGE)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.proj(self.drop(hidden)))
+
+
+def zeros_state(layers: int, batch: int, hidden: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(layers, batch, hidden, dtype=like.dtype, device=like.device)
+
+
+_COMPILED: dict = {}
+
+
+def maybe_compiled(fn, compiled: bool):
+    """`fn` itself, or its torch.compile'd version (built once per function and shared by every model).
+
+    Only the per-time-step function of a hand-written cell is compiled, not the loop over time: the graph stays
+    small (a matmul plus the gate pointwise ops, which Inductor fuses into one kernel), compiles in seconds and
+    is reused at every step and every sequence length; a second batch size makes torch.compile recompile it
+    once with a dynamic batch dimension, which then serves every size.
+    """
+    if not compiled:
+        return fn
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn)
+    return _COMPILED[fn]

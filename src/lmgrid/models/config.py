@@ -1,0 +1,87 @@
+"""The one configuration object every neural architecture is built from, and its validation.
+
+Validation lives here (not in each model) so that a bad grid cell fails before any weight is allocated, with one
+line naming the offending key and value, the way every lmgrid input error reads.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from lmgrid.errors import LmgridError
+
+# arch -> the implementations it offers; the first is the default.
+IMPLS: dict[str, tuple[str, ...]] = {
+    "ffnn": ("torch",),
+    "rnn": ("torch",),
+    "lstm": ("torch", "cell", "concat"),
+    "gru": ("torch", "cell"),
+    "transformer": ("torch",),
+}
+ACTIVATIONS = ("tanh", "relu", "gelu")
+
+
+@dataclass
+class ModelConfig:
+    arch: str  # ffnn | rnn | lstm | gru | transformer
+    vocab_size: int
+    impl: str = "torch"  # lstm: torch | cell | concat ; gru: torch | cell ; others: torch
+    n_step: int = 5  # window size including the target: a window model sees n_step-1 context tokens
+    layers: int = 1
+    emb_dim: int = 64  # unused by the transformer, whose token embedding is hidden_dim wide
+    hidden_dim: int = 128  # recurrent state size / FFNN hidden width / transformer model width
+    dropout: float = 0.0  # on embeddings, between layers and before the output layer
+    tie_weights: bool = False  # output matrix = input embedding; a bias-free projection bridges hidden_dim != emb_dim
+    activation: str = "tanh"  # ffnn hidden layers: tanh | relu | gelu
+    direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
+    heads: int = 4  # transformer attention heads; hidden_dim must be a multiple
+    max_len: int = 512  # transformer: learned positions, so the longest input it accepts
+    compile: bool = False  # hand-written cells (lstm cell/concat, gru cell): torch.compile the per-step function
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        """Build from a config mapping (e.g. the `model` section of config.yaml); unknown keys are errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                raise LmgridError(f"model.{key}: unknown key (known: {', '.join(sorted(known))})")
+        for key in ("arch", "vocab_size"):
+            if key not in values:
+                raise LmgridError(f"model.{key}: required key is missing")
+        return cls(**values).validate()
+
+    def validate(self) -> "ModelConfig":
+        """Raise LmgridError (one line) on the first bad value; return self so calls chain."""
+
+        def bad(key: str, why: str) -> LmgridError:
+            return LmgridError(f"model.{key}: {getattr(self, key)!r} {why}")
+
+        def check_int(key: str, lowest: int) -> None:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(key, "is not an integer")
+            if value < lowest:
+                raise bad(key, f"is not allowed (must be >= {lowest})")
+
+        if self.arch not in IMPLS:
+            raise bad("arch", f"is not a known architecture (one of: {', '.join(IMPLS)})")
+        if self.impl not in IMPLS[self.arch]:
+            raise bad("impl", f"is not an implementation of {self.arch} (one of: {', '.join(IMPLS[self.arch])})")
+        check_int("vocab_size", 2)
+        # A window of n_step tokens holds n_step-1 context tokens; n_step < 2 leaves no context at all.
+        check_int("n_step", 2)
+        check_int("layers", 1)
+        check_int("emb_dim", 1)
+        check_int("hidden_dim", 1)
+        check_int("heads", 1)
+        check_int("max_len", 1)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise bad("dropout", "is not allowed (must be a number in [0, 1))")
+        if self.activation not in ACTIVATIONS:
+            raise bad("activation", f"is not a known activation (one of: {', '.join(ACTIVATIONS)})")
+        for key in ("tie_weights", "direct", "compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise bad(key, "is not true or false")
+        if self.arch == "transformer" and self.hidden_dim % self.heads:
+            raise bad("hidden_dim", f"is not a multiple of model.heads={self.heads}")
+        return self

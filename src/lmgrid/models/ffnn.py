@@ -1,0 +1,51 @@
+"""Bengio et al. (2003), "A Neural Probabilistic Language Model": a feed-forward n-gram model.
+
+The n_step-1 context embeddings are concatenated into x, then y = b + W x + U act(d + H x) (the paper's eq.,
+generalised to `layers` hidden layers); W x is the optional "direct" embedding-to-output connection.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lmgrid.errors import LmgridError
+
+from .common import INIT_RANGE, Embedding, OutputHead
+from .config import ModelConfig
+
+ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class FFNNLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.context = cfg.n_step - 1
+        self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        blocks, width = [], self.context * cfg.emb_dim
+        for _ in range(cfg.layers):
+            blocks += [nn.Linear(width, cfg.hidden_dim), ACT[cfg.activation](), nn.Dropout(cfg.dropout)]
+            width = cfg.hidden_dim
+        self.hidden = nn.Sequential(*blocks[:-1])  # the head applies the last dropout
+        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.direct = None
+        if cfg.direct:
+            # No bias: the output layer's bias is the paper's b already.
+            self.direct = nn.Linear(self.context * cfg.emb_dim, cfg.vocab_size, bias=False)
+            nn.init.uniform_(self.direct.weight, -INIT_RANGE, INIT_RANGE)
+
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
+        """tokens [B, n_step-1] -> logits [B, 1, V] for the token after the window. Stateless: state is None."""
+        if tokens.dim() != 2 or tokens.shape[1] != self.context:
+            raise LmgridError(
+                f"ffnn: input of shape {tuple(tokens.shape)} is not [batch, n_step-1={self.context}]")
+        x = self.drop(self.embedding(tokens).flatten(1))  # [B, (n-1)*emb]
+        logits = self.head(self.hidden(x))
+        if self.direct is not None:
+            logits = logits + self.direct(x)
+        return logits.unsqueeze(1), None, ({} if return_gates else None)
+
+    @staticmethod
+    def detach_state(state):
+        return None

@@ -1,0 +1,231 @@
+"""LSTM language model with three interchangeable implementations of the same recurrence.
+
+* `torch`:  nn.LSTM (fused kernels; cuDNN on GPU).
+* `cell`:   the equations of the PyTorch nn.LSTM documentation, written out, with a separate input projection
+            W_i* x_t + b_i* and hidden projection W_h* h_{t-1} + b_h* per gate:
+                i = sigmoid(W_ii x + b_ii + W_hi h + b_hi)     f = sigmoid(W_if x + b_if + W_hf h + b_hf)
+                g = tanh(W_ig x + b_ig + W_hg h + b_hg)        o = sigmoid(W_io x + b_io + W_ho h + b_ho)
+                c' = f * c + i * g                              h' = o * tanh(c')
+* `concat`: one projection of the concatenation [h_{t-1}; x_t] per gate, as in course slides:
+                (i, f, g, o) = act(W [h; x] + b)
+
+`cell` and `concat` are the same function: W [h; x] + b = W_h h + W_x x + b, so W = [W_hh | W_ih] and
+b = b_ih + b_hh maps a cell onto a concat model, and (W_hh, W_ih, b, 0) maps any concat model back. The only
+difference is the cell's redundant second bias. This is why the two train identically from mapped weights.
+
+Every implementation keeps the four gates' weights stacked in nn.LSTM's order (i, f, g, o) so that weights
+map between them by plain copies (`LSTMLM.copy_weights_from`), and every implementation's state is
+(h, c), each [layers, B, H], so states interchange too.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .common import Embedding, OutputHead, maybe_compiled, zeros_state
+from .config import ModelConfig
+
+GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
+
+
+def _gate_math(z: torch.Tensor, c: torch.Tensor):
+    i, f, g, o = z.chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    c = f * c + i * g
+    h = o * torch.tanh(c)  # tanh of the new cell state c (LSTMLM.py's bug was o * tanh(g))
+    return h, c, i, f, g, o
+
+
+def cell_step(x_proj_t, h, c, w_hh, b_hh):
+    """One step of the docs' cell; x_proj_t = W_i* x_t + b_i* for all gates, precomputed for every t at once
+    because it does not depend on the recurrence."""
+    return _gate_math(x_proj_t + F.linear(h, w_hh, b_hh), c)
+
+
+def concat_step(x_t, h, c, w, b):
+    """One step of the concat cell: a single projection of [h_{t-1}; x_t]."""
+    return _gate_math(F.linear(torch.cat([h, x_t], 1), w, b), c)
+
+
+def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates):
+    """Shared multi-layer driver: layer_fn(k, x, h0, c0) -> (out [B,T,H], h, c, gates per t or None).
+    Dropout sits between layers only, exactly where nn.LSTM(dropout=p) puts it."""
+    h0, c0 = state
+    hs, cs, gates = [], [], {name: [] for name in GATES}
+    for k in range(n_layers):
+        if k > 0 and dropout > 0:
+            x = F.dropout(x, dropout, training)
+        x, h, c, layer_gates = layer_fn(k, x, h0[k], c0[k])
+        hs.append(h)
+        cs.append(c)
+        if return_gates:
+            for name, values in zip(GATES, layer_gates):
+                gates[name].append(torch.stack(values, 1))  # [B, T, H]
+    gates = {name: torch.stack(gates[name]) for name in ("i", "f", "o", "g")} if return_gates else None
+    return x, (torch.stack(hs), torch.stack(cs)), gates
+
+
+def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False):
+    """The docs' equations over a sequence, for any weights in nn.LSTM layout: [(w_ih, w_hh, b_ih, b_hh)] per layer.
+    Also how impl `torch` exposes its gates: this runs on nn.LSTM's own parameters."""
+    step = maybe_compiled(cell_step, compiled)
+
+    def layer(k, x, h, c):
+        w_ih, w_hh, b_ih, b_hh = weights[k]
+        x_proj = F.linear(x, w_ih, b_ih)  # [B, T, 4H], one matmul for the whole sequence
+        outs, per_t = [], ([], [], [], [])
+        for t in range(x.shape[1]):
+            h, c, *g = step(x_proj[:, t], h, c, w_hh, b_hh)
+            outs.append(h)
+            if return_gates:
+                for acc, v in zip(per_t, g):
+                    acc.append(v)
+        return torch.stack(outs, 1), h, c, per_t
+
+    return _run_layers(x, state, len(weights), layer, dropout, training, return_gates)
+
+
+def _init_uniform(module: nn.Module, hidden: int):
+    # nn.LSTM's own init, U(-1/sqrt(H), 1/sqrt(H)), so every impl starts from the same distribution.
+    bound = 1.0 / math.sqrt(hidden)
+    for p in module.parameters():
+        nn.init.uniform_(p, -bound, bound)
+
+
+class LSTMCellStack(nn.Module):
+    """`cell`: parameters named and shaped as nn.LSTM's (weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H],
+    bias_ih_l{k}, bias_hh_l{k}); rows k*H:(k+1)*H of each are gate k's W_i*, W_h*, b_i*, b_h*."""
+
+    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False):
+        super().__init__()
+        self.hidden, self.layers, self.dropout, self.compiled = hidden, layers, dropout, compiled
+        for k in range(layers):
+            in_k = input_size if k == 0 else hidden
+            setattr(self, f"weight_ih_l{k}", nn.Parameter(torch.empty(4 * hidden, in_k)))
+            setattr(self, f"weight_hh_l{k}", nn.Parameter(torch.empty(4 * hidden, hidden)))
+            setattr(self, f"bias_ih_l{k}", nn.Parameter(torch.empty(4 * hidden)))
+            setattr(self, f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * hidden)))
+        _init_uniform(self, hidden)
+
+    def torch_layout(self):
+        return torch_layout(self, self.layers)
+
+    def load_torch_layout(self, weights):
+        with torch.no_grad():
+            for k, ws in enumerate(weights):
+                for mine, w in zip(torch_layout(self, self.layers)[k], ws):
+                    mine.copy_(w)
+
+    def forward(self, x, state, return_gates=False):
+        return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, return_gates, self.compiled)
+
+
+class ConcatLSTMStack(nn.Module):
+    """`concat`: per layer one weight_l{k} [4H, H + in] acting on [h_{t-1}; x_t] and one bias_l{k} [4H]."""
+
+    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False):
+        super().__init__()
+        self.hidden, self.layers, self.dropout, self.compiled = hidden, layers, dropout, compiled
+        for k in range(layers):
+            in_k = input_size if k == 0 else hidden
+            setattr(self, f"weight_l{k}", nn.Parameter(torch.empty(4 * hidden, hidden + in_k)))
+            setattr(self, f"bias_l{k}", nn.Parameter(torch.empty(4 * hidden)))
+        _init_uniform(self, hidden)
+
+    def torch_layout(self):
+        """The equivalent nn.LSTM-layout weights: W_hh = W[:, :H], W_ih = W[:, H:], b_ih = b, b_hh = 0."""
+        out = []
+        for k in range(self.layers):
+            w, b = getattr(self, f"weight_l{k}"), getattr(self, f"bias_l{k}")
+            out.append((w[:, self.hidden:], w[:, :self.hidden], b, torch.zeros_like(b)))
+        return out
+
+    def load_torch_layout(self, weights):
+        """W = [W_hh | W_ih], b = b_ih + b_hh: the mapping that makes this the same function as the cell."""
+        with torch.no_grad():
+            for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):
+                getattr(self, f"weight_l{k}").copy_(torch.cat([w_hh, w_ih], 1))
+                getattr(self, f"bias_l{k}").copy_(b_ih + b_hh)
+
+    def forward(self, x, state, return_gates=False):
+        step = maybe_compiled(concat_step, self.compiled)
+
+        def layer(k, x, h, c):
+            w, b = getattr(self, f"weight_l{k}"), getattr(self, f"bias_l{k}")
+            outs, per_t = [], ([], [], [], [])
+            for t in range(x.shape[1]):
+                h, c, *g = step(x[:, t], h, c, w, b)
+                outs.append(h)
+                if return_gates:
+                    for acc, v in zip(per_t, g):
+                        acc.append(v)
+            return torch.stack(outs, 1), h, c, per_t
+
+        return _run_layers(x, state, self.layers, layer, self.dropout, self.training, return_gates)
+
+
+def torch_layout(module: nn.Module, layers: int):
+    """[(weight_ih, weight_hh, bias_ih, bias_hh)] per layer of an nn.LSTM/nn.GRU or a module named like one."""
+    return [tuple(getattr(module, f"{n}_l{k}") for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+            for k in range(layers)]
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        between = cfg.dropout if cfg.layers > 1 else 0.0
+        if cfg.impl == "torch":
+            self.rnn = nn.LSTM(cfg.emb_dim, cfg.hidden_dim, cfg.layers, batch_first=True, dropout=between)
+        elif cfg.impl == "cell":
+            self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile)
+        else:
+            self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile)
+        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+
+    def torch_layout(self):
+        """This model's recurrent weights as nn.LSTM would hold them, per layer (w_ih, w_hh, b_ih, b_hh)."""
+        if isinstance(self.rnn, nn.LSTM):
+            return torch_layout(self.rnn, self.cfg.layers)
+        return self.rnn.torch_layout()
+
+    @torch.no_grad()
+    def copy_weights_from(self, other: "LSTMLM") -> "LSTMLM":
+        """Make this model compute the same function as `other`, whatever either's impl (same sizes required)."""
+        self.embedding.weight.copy_(other.embedding.weight)
+        self.head.load_state_dict(other.head.state_dict())
+        if isinstance(self.rnn, nn.LSTM):
+            for mine, theirs in zip(self.torch_layout(), other.torch_layout()):
+                for m, t in zip(mine, theirs):
+                    m.copy_(t)
+        else:
+            self.rnn.load_torch_layout(other.torch_layout())
+        return self
+
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
+        """tokens [B, T] -> logits [B, T, V], state (h, c) each [layers, B, H], gates {i,f,o,g: [layers,B,T,H]}."""
+        x = self.drop(self.embedding(tokens))
+        if state is None:
+            z = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
+            state = (z, z)
+        gates = None
+        if isinstance(self.rnn, nn.LSTM):
+            if return_gates:
+                # The fused kernel hides its gates: run the docs' equations on nn.LSTM's own parameters instead
+                # (the same function, so the outputs agree with nn.LSTM's to float rounding).
+                out, state, gates = cell_forward(x, state, self.torch_layout(), self.rnn.dropout, self.training,
+                                                 True)
+            else:
+                out, state = self.rnn(x, state)
+        else:
+            out, state, gates = self.rnn(x, state, return_gates)
+        return self.head(out), state, gates
+
+    @staticmethod
+    def detach_state(state):
+        return None if state is None else tuple(s.detach() for s in state)

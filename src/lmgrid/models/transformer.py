@@ -1,0 +1,81 @@
+"""A small causal Transformer decoder (GPT-style): learned positions, pre-LayerNorm blocks
+(x + attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP), a final LayerNorm and the output layer.
+
+Width is cfg.hidden_dim (emb_dim is unused). The model is stateless: its context is the tokens it is given
+(at most max_len), so `state` is always None.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmgrid.errors import LmgridError
+
+from .common import OutputHead
+from .config import ModelConfig
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.heads, self.dropout = cfg.heads, cfg.dropout
+        self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
+        self.proj = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in self.qkv(x).split(C, 2))
+        # is_causal applies the lower-triangular mask: position t attends to positions <= t only.
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.hidden_dim), nn.LayerNorm(cfg.hidden_dim)
+        self.attn = CausalSelfAttention(cfg)
+        self.mlp = nn.Sequential(nn.Linear(cfg.hidden_dim, 4 * cfg.hidden_dim), nn.GELU(),
+                                 nn.Linear(4 * cfg.hidden_dim, cfg.hidden_dim), nn.Dropout(cfg.dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_dim)
+        self.position = nn.Embedding(cfg.max_len, cfg.hidden_dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden_dim)
+        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        # GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2*layers) so the residual stream's
+        # variance does not grow with depth; with the small output weights the untrained loss is ~log(V).
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("attn.proj.weight", "mlp.2.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
+        """tokens [B, T] (T <= max_len) -> logits [B, T, V]; stateless, no gates."""
+        T = tokens.shape[1]
+        if T > self.cfg.max_len:
+            raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}")
+        x = self.drop(self.embedding(tokens) + self.position(torch.arange(T, device=tokens.device)))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)), None, ({} if return_gates else None)
+
+    @staticmethod
+    def detach_state(state):
+        return None

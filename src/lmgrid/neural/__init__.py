@@ -1,0 +1,1 @@
+"""Training neural language models with Lightning (models themselves live in lmgrid.models)."""

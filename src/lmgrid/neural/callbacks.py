@@ -1,0 +1,102 @@
+"""Callbacks: the per-epoch CSV log (the run's source of truth) and a progress display for log files."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+
+import pytorch_lightning as pl
+
+from lmgrid.errors import atomic_write
+
+LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
+
+
+def _ppl(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else math.inf
+
+
+class EpochLog(pl.Callback):
+    """One row per epoch, written when the epoch's validation ends, i.e. before that epoch's checkpoint (Lightning
+    runs checkpoint callbacks last). The rows travel inside the checkpoint (state_dict), so a resumed run's log
+    holds exactly the epochs its weights have seen."""
+
+    def __init__(self, live_path, train_tokens: int):
+        self.live_path, self.train_tokens = live_path, train_tokens
+        self.rows: list[dict] = []
+        self._t_fit = self._t_epoch = time.time()
+        self._wall_offset, self._train_s, self._lr = 0.0, 0.0, math.nan
+
+    def state_dict(self):
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state):
+        self.rows = list(state["rows"])
+
+    def on_train_start(self, trainer, pl_module):
+        self._t_fit = time.time()
+        self._wall_offset = self.rows[-1]["wall_s"] if self.rows else 0.0
+        if self.rows and self.rows[-1]["stopped"]:
+            trainer.should_stop = True  # early stopping had ended this run before it was interrupted
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._t_epoch = time.time()
+
+    def on_validation_start(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self._train_s = time.time() - self._t_epoch
+            self._lr = trainer.optimizers[0].param_groups[0]["lr"]  # the rate this epoch trained with
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        train_loss, valid_loss = pl_module.train_loss, pl_module.valid_loss
+        self.rows.append({
+            "epoch": trainer.current_epoch + 1, "step": trainer.global_step,
+            "train_loss": train_loss, "train_ppl": _ppl(train_loss),
+            "valid_loss": valid_loss, "valid_ppl": _ppl(valid_loss), "lr": self._lr,
+            "wall_s": round(self._wall_offset + time.time() - self._t_fit, 3),
+            "train_tokens": pl_module.train_count, "train_s": self._train_s, "stopped": bool(trainer.should_stop)})
+        self.write(self.live_path)
+
+    @property
+    def tokens_per_s(self) -> float:
+        seconds = sum(r["train_s"] for r in self.rows)
+        return sum(r["train_tokens"] for r in self.rows) / seconds if seconds > 0 else 0.0
+
+    def write(self, path) -> None:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(LOG_COLUMNS)
+        for r in self.rows:
+            w.writerow([r["epoch"], r["step"], *(f"{r[k]:.6f}" for k in LOG_COLUMNS[2:6]), f"{r['lr']:.6g}",
+                        f"{r['wall_s']:.3f}"])
+        with atomic_write(path) as fh:
+            fh.write(buf.getvalue())
+
+
+class Progress(pl.Callback):
+    """Plain lines instead of a carriage-return bar: one per `every` training steps and one per epoch."""
+
+    def __init__(self, every: int = 200):
+        self.every = every
+        self._t = time.time()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._t = time.time()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.every > 0 and (batch_idx + 1) % self.every == 0:
+            elapsed = max(time.time() - self._t, 1e-9)
+            loss = pl_module.train_loss
+            print(f"epoch {trainer.current_epoch + 1} step {batch_idx + 1}/{trainer.num_training_batches}: "
+                  f"train loss {loss:.4f} ppl {_ppl(loss):.2f}, {pl_module.train_count / elapsed:.0f} tokens/s",
+                  flush=True)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
+              f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}, "
+              f"{time.time() - self._t:.1f} s{' (early stop)' if trainer.should_stop else ''}", flush=True)

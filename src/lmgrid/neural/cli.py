@@ -1,0 +1,54 @@
+"""`lmgrid train`: one neural grid cell, end to end (called by the `train` rule in workflow/rules/train.smk)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from lmgrid.errors import LmgridError
+
+
+def _setting(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        return k, json.loads(v)  # numbers, true/false; anything else is a string
+    except json.JSONDecodeError:
+        return k, v
+
+
+def cmd_train(a) -> None:
+    from .train import run
+
+    try:
+        hp = json.loads(a.hparams)
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"--hparams: not valid JSON ({e})") from None
+    if not isinstance(hp, dict):
+        raise LmgridError("--hparams: expected a JSON object of training settings")
+    hp.update(dict(a.set or []))
+    if a.fast:
+        # A smoke test: one short epoch on the first 2000 train tokens, small model; evaluation stays complete.
+        hp.update(epochs=1, max_train_tokens=2000, emb_dim=16, hidden_dim=16, log_every=0)
+    run(arch=a.arch, impl=a.impl, n_step=a.n_step, layers=a.layers, regime=a.regime, seed=a.seed,
+        paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab, run_dir=a.run_dir,
+        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads)
+
+
+def register(sub) -> None:
+    s = sub.add_parser("train", help="train one neural model (a grid cell) and write its run folder")
+    s.add_argument("--arch", required=True)
+    s.add_argument("--impl", default="torch")
+    s.add_argument("--n-step", type=int, required=True, help="window size incl. the target (stream: ignored, 0)")
+    s.add_argument("--layers", type=int, default=1)
+    s.add_argument("--regime", default="window")
+    s.add_argument("--seed", type=int, default=1)
+    for name in ("train", "valid", "test", "vocab"):
+        s.add_argument(f"--{name}", required=True)
+    s.add_argument("--run-dir", required=True, help="output folder (RunKey.run_dir)")
+    s.add_argument("--ckpt-dir", required=True, help="in-progress checkpoints; kept on failure, resumed from")
+    s.add_argument("--hparams", default="{}", help="JSON object of training settings (config.yaml `train:`)")
+    s.add_argument("--set", type=_setting, action="append", metavar="KEY=VALUE", help="override one setting")
+    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    s.add_argument("--fast", action="store_true", help="smoke test: one tiny epoch on 2000 train tokens")
+    s.set_defaults(func=cmd_train)

@@ -1,0 +1,185 @@
+"""Training and evaluation data of the two context regimes, as tensors, and the LightningDataModule.
+
+* window: one example per target of the shared convention (`lmgrid.ppl.targets`): each word and the final </s>
+  of a sentence, with exactly the n_step-1 tokens before it in that sentence as context, left-padded with <s>.
+  Every window has the same length, so there is no padding to mask and each target is counted once.
+* stream: the split is one token stream, </s> after every sentence.  The stream starts with one extra </s>
+  as context for its first word, so every sentence, the first included, is predicted after a </s> and the
+  predictions are exactly the convention's targets (words + one </s> per sentence; <s> never appears).
+  The stream is cut into B parallel contiguous rows (the usual "batchify"); instead of dropping the tail that
+  does not fill the last row, it is padded and the padded targets are IGNORE, so every token is counted once.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from lmgrid.corpus import load_split
+from lmgrid.errors import LmgridError
+from lmgrid.ppl import BOS, EOS, PAD
+from lmgrid.vocab import Vocab
+
+IGNORE = -100  # target id of padding: F.cross_entropy(ignore_index=IGNORE) neither scores nor counts it
+
+
+def encode(vocab: Vocab, sentences: list[list[str]]) -> list[list[int]]:
+    return [vocab.encode(s) for s in sentences]
+
+
+def window_examples(ids: list[list[int]], n_step: int, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """contexts [N, n_step-1] and targets [N], one row per target of every sentence, in order."""
+    if n_step < 2:
+        raise LmgridError(f"n_step: {n_step} is below 2, the least context a neural model can be given "
+                          "in the window regime")
+    ctx = n_step - 1
+    lengths = np.array([len(s) for s in ids], dtype=np.int64)
+    # Each sentence becomes <s>*ctx + words + </s>; its targets are the last len+1 positions.
+    flat = np.concatenate([np.array([bos] * ctx + s + [eos], dtype=np.int64) for s in ids])
+    starts = np.concatenate([[0], np.cumsum(lengths + 1 + ctx)[:-1]])
+    target_pos = np.concatenate([np.arange(st + ctx, st + ctx + n + 1) for st, n in zip(starts, lengths)])
+    windows = np.lib.stride_tricks.sliding_window_view(flat, ctx)[target_pos - ctx]
+    return torch.from_numpy(np.ascontiguousarray(windows)), torch.from_numpy(flat[target_pos])
+
+
+def stream_tokens(ids: list[list[int]], eos: int) -> torch.Tensor:
+    """</s> w1 .. </s> w1 .. </s>: the leading </s> is context only; tokens[1:] are the counted targets."""
+    out = [eos]
+    for s in ids:
+        out += s
+        out.append(eos)
+    return torch.tensor(out, dtype=torch.long)
+
+
+def batchify(stream: torch.Tensor, rows: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """inputs and targets [rows, S]: row b holds the contiguous targets b*S .. b*S+S-1 of the stream."""
+    n = len(stream) - 1
+    if n < 1:
+        raise LmgridError("stream regime: the split has no tokens")
+    rows = max(1, min(rows, n))
+    S = math.ceil(n / rows)
+    x = torch.full((rows * S,), pad, dtype=torch.long)
+    y = torch.full((rows * S,), IGNORE, dtype=torch.long)
+    x[:n], y[:n] = stream[:-1], stream[1:]
+    return x.view(rows, S), y.view(rows, S)
+
+
+class WindowData(Dataset):
+    """Indexed by a tensor of example ids (a whole batch at once: no per-example collate)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, idx):
+        return self.x[idx], self.y[idx]
+
+
+class BatchIndices(Sampler):
+    """Batches of example ids; shuffled by a permutation that depends on (seed, epoch) only, so a resumed run
+    sees the same order as an uninterrupted one. The trainer rebuilds the train loader every epoch
+    (reload_dataloaders_every_n_epochs=1), passing the epoch; there is deliberately no set_epoch: on a resumed
+    run Lightning makes the first epoch's iterator before it would call it."""
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, epoch: int = 0):
+        self.n, self.batch_size, self.shuffle, self.seed, self.epoch = n, batch_size, shuffle, seed, epoch
+
+    def __len__(self):
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self):
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.n, generator=g)
+        else:
+            order = torch.arange(self.n)
+        return iter(order.split(self.batch_size))
+
+
+class StreamChunks(Dataset):
+    """Chunk i = columns [i*bptt, (i+1)*bptt) of the batchified stream; read in order, state carried across."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, bptt: int):
+        self.x, self.y, self.bptt = x, y, bptt
+
+    def __len__(self):
+        return math.ceil(self.x.shape[1] / self.bptt)
+
+    def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        sl = slice(i * self.bptt, (i + 1) * self.bptt)
+        return self.x[:, sl], self.y[:, sl]
+
+
+def loader(dataset: Dataset, sampler: Sampler | None = None) -> DataLoader:
+    # batch_size=None: each dataset item already is a batch. Data lives in memory: no worker processes.
+    # Its own generator: making an iterator draws a seed from it, and drawing from the global RNG would shift
+    # the dropout noise by however many iterators were made before, which differs on a resumed run.
+    return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=0,
+                      generator=torch.Generator().manual_seed(0))
+
+
+class LMData(pl.LightningDataModule):
+    """The three splits of one corpus, encoded with the corpus vocabulary, in the run's regime."""
+
+    def __init__(self, paths: dict[str, str], vocab: Vocab, regime: str, *, n_step: int = 2, batch_size: int = 64,
+                 stream_batch_size: int = 20, eval_batch_size: int = 256, stream_eval_batch_size: int = 10,
+                 bptt: int = 35, max_train_tokens: int = 0, seed: int = 1):
+        super().__init__()
+        if regime not in ("window", "stream"):
+            raise LmgridError(f"regime: unknown regime {regime!r} (expected window or stream)")
+        self.paths, self.vocab, self.regime, self.n_step = paths, vocab, regime, n_step
+        self.batch_size, self.stream_batch_size = batch_size, stream_batch_size
+        self.eval_batch_size, self.stream_eval_batch_size = eval_batch_size, stream_eval_batch_size
+        self.bptt, self.max_train_tokens, self.seed = bptt, max_train_tokens, seed
+        self.sentences: dict[str, list[list[str]]] = {}
+        self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tensors:
+            return
+        bos, eos, pad = (self.vocab.index[t] for t in (BOS, EOS, PAD))
+        for split, path in self.paths.items():
+            sents = load_split(path)
+            self.sentences[split] = sents
+            ids = encode(self.vocab, sents)
+            if self.regime == "window":
+                x, y = window_examples(ids, self.n_step, bos, eos)
+                if split == "train" and self.max_train_tokens > 0:
+                    x, y = x[: self.max_train_tokens], y[: self.max_train_tokens]
+                self.tensors[split] = (x, y)
+            else:
+                stream = stream_tokens(ids, eos)
+                if split == "train" and self.max_train_tokens > 0:
+                    stream = stream[: self.max_train_tokens + 1]
+                rows = self.stream_batch_size if split == "train" else self.stream_eval_batch_size
+                self.tensors[split] = batchify(stream, rows, pad)
+
+    def counted_tokens(self, split: str) -> int:
+        return int((self.tensors[split][1] != IGNORE).sum())
+
+    def oov_tokens(self, split: str) -> int:
+        return sum(1 for s in self.sentences[split] for t in s if t not in self.vocab.index)
+
+    def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
+        x, y = self.tensors[split]
+        if self.regime == "stream":
+            return loader(StreamChunks(x, y, self.bptt))
+        size = self.batch_size if split == "train" else self.eval_batch_size
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        return loader(WindowData(x, y), BatchIndices(len(y), size, shuffle, self.seed, epoch))
+
+    def train_dataloader(self):
+        return self.dataloader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self.dataloader("valid")
+
+    def test_dataloader(self):
+        return self.dataloader("test")

@@ -1,0 +1,195 @@
+"""One neural run end to end: data, Lightning training with resume, final evaluation, gates, outputs.
+
+In-progress state (last.ckpt, best.ckpt, the live log.csv) lives in a checkpoint folder outside the run
+folder, so a job that is killed, or fails, keeps it (Snakemake deletes a failed job's outputs), and a re-run
+resumes from last.ckpt.  A fingerprint of everything the run depends on guards the folder: a checkpoint of a
+different config or corpus is discarded, never resumed.  The run folder gets its files only at the end:
+model.ckpt, log.csv, gates.csv (lstm, gru) and, last, metrics.json.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+from lmgrid.errors import LmgridError, atomic_write, write_json
+from lmgrid.models import IMPLS
+from lmgrid.ppl import perplexity
+from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
+from lmgrid.vocab import Vocab
+
+from . import gates as gates_mod
+from .callbacks import EpochLog, Progress
+from .data import LMData
+from .hparams import MODEL_KEYS, NOT_FINGERPRINTED, resolve_hparams
+from .module import LMModule, evaluate
+
+CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
+
+
+def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> None:
+    if arch not in NEURAL_ARCHS:
+        raise LmgridError(f"arch: unknown neural architecture {arch!r} (one of: {', '.join(NEURAL_ARCHS)})")
+    if impl not in IMPLS[arch]:
+        raise LmgridError(f"impl: {impl!r} is not an implementation of {arch} (one of: {', '.join(IMPLS[arch])})")
+    if regime not in REGIMES:
+        raise LmgridError(f"regime: unknown regime {regime!r} (one of: {', '.join(REGIMES)})")
+    if layers < 1:
+        raise LmgridError(f"layers: {layers} is not allowed (must be >= 1)")
+    if regime == "window" and n_step < 2:
+        raise LmgridError(f"n_step: {n_step} is below 2, the least context a neural model can be given "
+                          "in the window regime")
+    if regime == "stream" and arch == "ffnn":
+        raise LmgridError("regime: ffnn sees a fixed window of n_step-1 tokens; it has no stream regime")
+
+
+def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:
+    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_FINGERPRINTED}},
+                                  sort_keys=True).encode())
+    for name in sorted(paths):
+        h.update(name.encode())
+        h.update(Path(paths[name]).read_bytes())
+    return h.hexdigest()
+
+
+def _prepare_ckpt_dir(ckpt_dir: Path, fingerprint: str) -> Path | None:
+    """The checkpoint to resume from, if the folder holds one of this very run; stale ones are removed."""
+    stamp = ckpt_dir / "fingerprint.txt"
+    if ckpt_dir.exists():
+        if stamp.is_file() and stamp.read_text().strip() == fingerprint and (ckpt_dir / "last.ckpt").is_file():
+            return ckpt_dir / "last.ckpt"
+        if any(ckpt_dir.iterdir()):
+            print(f"discarding {ckpt_dir}: its checkpoint belongs to another config or corpus", flush=True)
+        shutil.rmtree(ckpt_dir)
+    ckpt_dir.mkdir(parents=True)
+    stamp.write_text(fingerprint + "\n")
+    return None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
+        vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0) -> dict:
+    """Train one grid cell and write its run folder; returns metrics.json's content."""
+    t0 = time.time()
+    check_run(arch, impl, n_step, layers, regime)
+    hp = resolve_hparams(hp, arch)
+    key = normalise(arch, impl, n_step, layers, regime, seed)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    vocab = Vocab.load(vocab_path)
+    data = LMData(paths, vocab, regime, n_step=max(n_step, 2), batch_size=hp["batch_size"],
+                  stream_batch_size=hp["stream_batch_size"], eval_batch_size=hp["eval_batch_size"],
+                  stream_eval_batch_size=hp["stream_eval_batch_size"], bptt=hp["bptt"],
+                  max_train_tokens=hp["max_train_tokens"], seed=seed)
+    data.setup()
+    model_config = {"arch": arch, "vocab_size": len(vocab), "impl": impl, "layers": layers,
+                    "n_step": n_step if regime == "window" else 2,
+                    # The transformer's learned positions cover the longest input it is trained on.
+                    "max_len": n_step - 1 if regime == "window" else hp["bptt"],
+                    **{k: hp[k] for k in MODEL_KEYS}}
+    run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
+    ckpt_dir = Path(ckpt_dir)
+    resume = _prepare_ckpt_dir(ckpt_dir, _fingerprint(run_info, hp, {**paths, "vocab": vocab_path}))
+
+    cuda = hp["accelerator"] in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    precision = hp["precision"]
+    if precision == "bf16-mixed" and not cuda:
+        print("train.precision: bf16-mixed needs a GPU; training in 32-true on the CPU", flush=True)
+        precision = "32-true"
+    pl.seed_everything(seed, workers=True, verbose=False)
+    module = LMModule(model_config, regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
+                      weight_decay=hp["weight_decay"], lr_decay=hp["lr_decay"], lr_patience=hp["lr_patience"],
+                      seed=seed)
+    params = sum(p.numel() for p in module.model.parameters())
+    n_train = data.counted_tokens("train")
+    print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
+          f"{'resuming from ' + str(resume) if resume else 'from scratch'}", flush=True)
+
+    early = EarlyStopping(monitor="valid_loss", mode="min", patience=max(hp["early_stop_patience"] - 1, 0),
+                          check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
+    epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
+                           save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
+    callbacks = [cb for cb in (early, epoch_log, Progress(hp["log_every"]), ckpt) if cb is not None]
+    trainer = pl.Trainer(
+        max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=1, precision=precision,
+        deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
+        gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+        reload_dataloaders_every_n_epochs=1,  # a fresh, epoch-seeded shuffle each epoch (see data.BatchIndices)
+        default_root_dir=str(ckpt_dir))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|Checkpoint directory).*")
+        logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+        trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
+
+    # Evaluate the epoch with the best valid PPL (the last one when early stopping is off and PPL keeps falling).
+    best = ckpt.best_model_path or str(ckpt_dir / "last.ckpt")
+    module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
+    device = torch.device("cuda" if cuda else "cpu")
+    model = module.model.to(device)
+    metrics = {"name": key.name, **run_info}
+    for split in ("valid", "test"):
+        nll, n = evaluate(model, data.dataloader(split), regime, device)
+        if n != data.counted_tokens(split):
+            raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
+        try:
+            ppl = perplexity(nll, n)
+        except ValueError as e:
+            raise LmgridError(f"{split} perplexity of {key.name}: {e}; lower the learning rate") from None
+        metrics[split] = {"ppl": ppl, "nll_nats": nll, "tokens": n, "oov_tokens": data.oov_tokens(split)}
+    rows = epoch_log.rows
+    metrics.update({
+        "params": params,
+        "train_tokens_per_s": epoch_log.tokens_per_s,
+        "train_tokens": n_train,
+        "epochs": len(rows),
+        "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
+        "stopped_because": "early_stopping" if rows and rows[-1]["stopped"] else "max_epochs",
+        "wall_s": 0.0,
+        "device": _device_name(device),
+        "precision": precision,
+        "torch_version": torch.__version__,
+        "lightning_version": pl.__version__,
+        "hparams": hp,
+    })
+
+    run_dir = Path(run_dir)
+    if arch in gates_mod.GATED_ARCHS:
+        gates_mod.write(run_dir / "gates.csv", gates_mod.collect(model, data.dataloader("test"), regime, device))
+    save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp)
+    epoch_log.write(run_dir / "log.csv")
+    metrics["wall_s"] = round(time.time() - t0, 3)
+    write_json(run_dir / "metrics.json", metrics)
+    print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
+          f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "
+          f"{metrics['train_tokens_per_s']:.0f} train tokens/s, {metrics['wall_s']:.1f} s", flush=True)
+    shutil.rmtree(ckpt_dir, ignore_errors=True)  # finished: nothing left to resume
+    with contextlib.suppress(OSError):
+        os.removedirs(ckpt_dir.parent)  # and the folders that held only it
+    return metrics
+
+
+def save_model(path: Path, model, model_config: dict, vocab: Vocab, run_info: dict, hp: dict) -> None:
+    """What `lmgrid score/generate` need: weights, how to rebuild the model, the vocabulary and the regime."""
+    blob = {"format": CKPT_FORMAT, "model_config": model_config, "run": run_info, "hparams": hp,
+            "vocab": {"tokens": vocab.tokens, "counts": [vocab.counts.get(t, 0) for t in vocab.tokens]},
+            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    with atomic_write(path, "wb") as fh:
+        torch.save(blob, fh)
+

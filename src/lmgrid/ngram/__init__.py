@@ -1,0 +1,9 @@
+"""N-gram language models: vectorised counting, add-k / Katz / Kneser-Ney / modified Kneser-Ney
+estimation, ARPA export and back-off scoring.
+
+counts.py   sentences -> id stream -> n-gram tables (counts.npz)
+estimate.py count tables -> back-off tables (log-prob and back-off weight per n-gram)
+arpa.py     back-off tables <-> ARPA text
+model.py    scoring by the shared convention (lmgrid.ppl), a run's training job, `load_run`
+cli.py      the `ngram-counts` and `ngram` subcommands
+"""

@@ -1,0 +1,266 @@
+"""The neural architectures: the three LSTMs and the two GRUs are the same function (outputs and gradients),
+the untrained loss is ~log(V), shapes follow the interface, the transformer is causal, bad configs fail in one line."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lmgrid.errors import LmgridError
+from lmgrid.models import IMPLS, ModelConfig, build_model
+
+V, EMB, HID, LAYERS, B, T = 37, 16, 24, 3, 4, 9
+TOL = dict(rtol=1e-5, atol=1e-5)
+ALL = [(arch, impl) for arch, impls in IMPLS.items() for impl in impls]
+
+
+def make(arch, impl="torch", seed=0, **kw):
+    torch.manual_seed(seed)
+    kw = {"vocab_size": V, "emb_dim": EMB, "hidden_dim": HID, "layers": LAYERS, **kw}
+    return build_model(ModelConfig(arch=arch, impl=impl, **kw))
+
+
+def tokens(seed, t=T, b=B, v=V):
+    return torch.randint(0, v, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def run_two_chunks(model, state0):
+    """Loss over two consecutive chunks, the second starting from the first's (detached) state, as in
+    truncated BPTT, plus the gradient reaching the initial state."""
+    state0 = tuple(s.clone().requires_grad_() for s in state0) if isinstance(state0, tuple) \
+        else state0.clone().requires_grad_()
+    logits1, state1, _ = model(tokens(1), state0)
+    logits2, state2, _ = model(tokens(2), model.detach_state(state1))
+    loss = F.cross_entropy(logits1.reshape(-1, V), tokens(3).reshape(-1)) \
+        + F.cross_entropy(logits2.reshape(-1, V), tokens(4).reshape(-1))
+    loss.backward()
+    grad0 = tuple(s.grad for s in state0) if isinstance(state0, tuple) else (state0.grad,)
+    return torch.cat([logits1, logits2], 1), state2, grad0
+
+
+def random_state(n, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(LAYERS, B, HID, generator=g) * 0.5 for _ in range(n))
+
+
+def lstm_family():
+    ref = make("lstm", "torch")
+    cell = make("lstm", "cell", seed=1).copy_weights_from(ref)
+    concat = make("lstm", "concat", seed=2).copy_weights_from(ref)
+    return ref, cell, concat
+
+
+def test_three_lstm_impls_same_outputs_and_gradients():
+    ref, cell, concat = lstm_family()
+    results = [run_two_chunks(m, random_state(2)) for m in (ref, cell, concat)]
+    (ref_logits, ref_state, ref_g0) = results[0]
+    for logits, state, g0 in results[1:]:
+        torch.testing.assert_close(logits, ref_logits, **TOL)
+        for a, b in zip(state, ref_state):
+            torch.testing.assert_close(a, b, **TOL)
+        for a, b in zip(g0, ref_g0):
+            torch.testing.assert_close(a, b, **TOL)
+    for m in (cell, concat):
+        torch.testing.assert_close(m.embedding.weight.grad, ref.embedding.weight.grad, **TOL)
+        torch.testing.assert_close(m.head.decoder.weight.grad, ref.head.decoder.weight.grad, **TOL)
+    # Recurrent weights: the cell's gradients are nn.LSTM's, parameter for parameter.
+    for k in range(LAYERS):
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            torch.testing.assert_close(getattr(cell.rnn, f"{name}_l{k}").grad, getattr(ref.rnn, f"{name}_l{k}").grad,
+                                       **TOL)
+        # concat: W = [W_hh | W_ih] so its gradient is [dW_hh | dW_ih]; b = b_ih + b_hh gets d(b_ih) (= d(b_hh)).
+        g = {n: getattr(ref.rnn, f"{n}_l{k}").grad for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        torch.testing.assert_close(concat.rnn.get_parameter(f"weight_l{k}").grad,
+                                   torch.cat([g["weight_hh"], g["weight_ih"]], 1), **TOL)
+        torch.testing.assert_close(concat.rnn.get_parameter(f"bias_l{k}").grad, g["bias_ih"], **TOL)
+        torch.testing.assert_close(g["bias_ih"], g["bias_hh"], **TOL)
+
+
+def test_gru_cell_same_outputs_and_gradients_as_nn_gru():
+    ref = make("gru", "torch")
+    cell = make("gru", "cell", seed=1).copy_weights_from(ref)
+    (ref_logits, ref_state, ref_g0), (logits, state, g0) = (run_two_chunks(m, random_state(1)[0]) for m in (ref, cell))
+    torch.testing.assert_close(logits, ref_logits, **TOL)
+    torch.testing.assert_close(state, ref_state, **TOL)
+    torch.testing.assert_close(g0[0], ref_g0[0], **TOL)
+    for (name, p), (ref_name, ref_p) in zip(cell.named_parameters(), ref.named_parameters()):
+        assert name == ref_name
+        torch.testing.assert_close(p.grad, ref_p.grad, **TOL, msg=name)
+
+
+def test_cell_and_concat_are_the_same_function():
+    """Both directions of the mapping: every concat LSTM is a cell LSTM (W_ih = W[:, H:], W_hh = W[:, :H],
+    b_ih = b, b_hh = 0) and every cell LSTM is a concat LSTM (W = [W_hh | W_ih], b = b_ih + b_hh)."""
+    x, state = tokens(7), random_state(2)
+    concat = make("lstm", "concat", seed=3)
+    cell = make("lstm", "cell", seed=4).copy_weights_from(concat)
+    torch.testing.assert_close(cell(x, state)[0], concat(x, state)[0], **TOL)
+    cell = make("lstm", "cell", seed=5)
+    concat = make("lstm", "concat", seed=6).copy_weights_from(cell)
+    torch.testing.assert_close(concat(x, state)[0], cell(x, state)[0], **TOL)
+    # The cell's only extra freedom is the split of each bias between b_ih and b_hh, which changes nothing.
+    before = cell(x, state)[0]
+    with torch.no_grad():
+        shift = torch.randn_like(cell.rnn.bias_ih_l0)
+        cell.rnn.bias_ih_l0 += shift
+        cell.rnn.bias_hh_l0 -= shift
+    torch.testing.assert_close(cell(x, state)[0], before, **TOL)
+    n_cell = sum(p.numel() for p in cell.rnn.parameters())
+    n_concat = sum(p.numel() for p in concat.rnn.parameters())
+    assert n_cell - n_concat == LAYERS * 4 * HID  # exactly one redundant bias vector per layer
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gru"])
+def test_gates_of_torch_impl_equal_gates_of_cell(arch):
+    ref = make(arch, "torch")
+    cell = make(arch, "cell", seed=1).copy_weights_from(ref)
+    x, state = tokens(8), random_state(2 if arch == "lstm" else 1)
+    state = state if arch == "lstm" else state[0]
+    ref_plain, _, no_gates = ref(x, state)
+    ref_logits, _, ref_gates = ref(x, state, return_gates=True)
+    logits, _, gates = cell(x, state, return_gates=True)
+    assert no_gates is None
+    torch.testing.assert_close(ref_logits, ref_plain, **TOL)  # the recompute path is still nn.LSTM's function
+    torch.testing.assert_close(logits, ref_logits, **TOL)
+    assert set(gates) == set(ref_gates) == ({"i", "f", "o", "g"} if arch == "lstm" else {"z", "r"})
+    for name in gates:
+        torch.testing.assert_close(gates[name], ref_gates[name], **TOL)
+        lo = -1.0 if name == "g" else 0.0  # g is tanh, the rest sigmoid
+        assert gates[name].min() >= lo and gates[name].max() <= 1.0
+
+
+def test_concat_gates_equal_cell_gates():
+    cell = make("lstm", "cell")
+    concat = make("lstm", "concat", seed=1).copy_weights_from(cell)
+    x = tokens(9)
+    g_cell, g_concat = cell(x, return_gates=True)[2], concat(x, return_gates=True)[2]
+    for name in "ifog":
+        torch.testing.assert_close(g_concat[name], g_cell[name], **TOL)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("arch,impl", ALL)
+def test_untrained_loss_is_log_vocab(arch, impl, tie):
+    vocab = 2000
+    model = make(arch, impl, vocab_size=vocab, layers=2, emb_dim=32, hidden_dim=48, tie_weights=tie,
+                 direct=(arch == "ffnn"), n_step=4, heads=4)
+    x = tokens(10, t=3 if arch == "ffnn" else 20, b=16, v=vocab)
+    with torch.no_grad():
+        logits = model(x)[0]
+    y = tokens(11, t=logits.shape[1], b=16, v=vocab)
+    loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1)).item()
+    # Near-uniform predictions: within 1% of log(V) = 7.60 nats (a poor init is off by whole nats).
+    assert abs(loss - math.log(vocab)) < 0.01 * math.log(vocab), loss
+
+
+@pytest.mark.parametrize("arch,impl", ALL)
+def test_shapes_of_logits_state_and_gates(arch, impl):
+    model = make(arch, impl, n_step=6, heads=4)
+    t = 5 if arch == "ffnn" else T
+    logits, state, gates = model(tokens(12, t=t))
+    assert logits.shape == (B, 1 if arch == "ffnn" else T, V) and logits.dtype == torch.float32
+    assert gates is None
+    logits2, state2, gates = model(tokens(13, t=t), model.detach_state(state), return_gates=True)
+    assert logits2.shape == logits.shape
+    if arch in ("ffnn", "transformer"):
+        assert state is None and state2 is None and model.detach_state(state) is None
+    elif arch == "lstm":
+        assert [s.shape for s in state] == [(LAYERS, B, HID)] * 2
+    else:
+        assert state.shape == (LAYERS, B, HID)
+    if arch in ("lstm", "gru"):
+        for s in (state if arch == "lstm" else (state,)):
+            assert s.grad_fn is not None
+        for s in (model.detach_state(state) if arch == "lstm" else (model.detach_state(state),)):
+            assert s.grad_fn is None and not s.requires_grad
+    expected = {"lstm": {"i", "f", "o", "g"}, "gru": {"z", "r"}}.get(arch, set())
+    assert set(gates) == expected
+    for g in gates.values():
+        assert g.shape == (LAYERS, B, T, HID)
+
+
+def test_zero_state_equals_no_state():
+    for arch, impl in [("rnn", "torch"), ("lstm", "cell"), ("gru", "torch")]:
+        model = make(arch, impl)
+        zero = torch.zeros(LAYERS, B, HID)
+        state = (zero, zero) if arch == "lstm" else zero
+        torch.testing.assert_close(model(tokens(14), state)[0], model(tokens(14))[0])
+
+
+def test_transformer_is_causal():
+    model = make("transformer", heads=4).eval()
+    x = tokens(15, t=12)
+    y = x.clone()
+    y[:, 7] = (y[:, 7] + 1) % V
+    a, b = model(x)[0], model(y)[0]
+    torch.testing.assert_close(a[:, :7], b[:, :7], rtol=0, atol=1e-6)
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-4  # and the change is seen from its own position on
+
+
+def test_ffnn_sees_exactly_its_window_and_direct_connections():
+    plain, direct = make("ffnn", n_step=4), make("ffnn", n_step=4, direct=True)
+    extra = sum(p.numel() for p in direct.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert extra == 3 * EMB * V  # W: (n_step-1)*emb -> V, no bias
+    with pytest.raises(LmgridError, match="n_step-1=3"):
+        plain(tokens(16, t=4))
+    for activation in ("relu", "gelu"):
+        assert make("ffnn", n_step=4, activation=activation)(tokens(16, t=3))[0].shape == (B, 1, V)
+
+
+def test_tied_weights_share_the_embedding():
+    same = make("lstm", emb_dim=HID, tie_weights=True)
+    assert same.head.decoder.weight is same.embedding.weight
+    assert isinstance(same.head.proj, torch.nn.Identity)
+    projected = make("gru", tie_weights=True)  # emb 16 != hidden 24: a bias-free projection bridges them
+    assert projected.head.decoder.weight is projected.embedding.weight
+    assert projected.head.proj.weight.shape == (EMB, HID)
+
+
+def test_dropout_only_in_training():
+    model = make("lstm", "cell", dropout=0.5)
+    x = tokens(17)
+    model.train()
+    assert not torch.equal(model(x)[0], model(x)[0])
+    model.eval()
+    torch.testing.assert_close(model(x)[0], model(x)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("changes,key", [
+    ({"arch": "cnn"}, "model.arch"),
+    ({"arch": "gru", "impl": "concat"}, "model.impl"),
+    ({"arch": "rnn", "impl": "cell"}, "model.impl"),
+    ({"layers": 0}, "model.layers"),
+    ({"n_step": 1}, "model.n_step"),
+    ({"arch": "ffnn", "n_step": 0}, "model.n_step"),
+    ({"vocab_size": 1}, "model.vocab_size"),
+    ({"hidden_dim": 0}, "model.hidden_dim"),
+    ({"emb_dim": 2.5}, "model.emb_dim"),
+    ({"dropout": 1.0}, "model.dropout"),
+    ({"dropout": -0.1}, "model.dropout"),
+    ({"arch": "ffnn", "activation": "sigmoid"}, "model.activation"),
+    ({"arch": "transformer", "hidden_dim": 30, "heads": 4}, "model.hidden_dim"),
+    ({"layers": True}, "model.layers"),
+    ({"tie_weights": "yes"}, "model.tie_weights"),
+])
+def test_bad_config_is_a_one_line_error(changes, key):
+    values = {"arch": "lstm", "vocab_size": V, **changes}
+    with pytest.raises(LmgridError) as err:
+        build_model(ModelConfig(**values))
+    message = str(err.value)
+    assert message.startswith(key + ":") and "\n" not in message
+    assert repr(changes[key.split(".")[1]]) in message  # names the offending value
+
+
+def test_from_dict_rejects_unknown_and_missing_keys():
+    assert ModelConfig.from_dict({"arch": "gru", "vocab_size": 10, "impl": "cell"}).impl == "cell"
+    with pytest.raises(LmgridError, match=r"^model\.hiden_dim: unknown key"):
+        ModelConfig.from_dict({"arch": "gru", "vocab_size": 10, "hiden_dim": 3})
+    with pytest.raises(LmgridError, match=r"^model\.vocab_size: required"):
+        ModelConfig.from_dict({"arch": "gru"})
+
+
+def test_transformer_rejects_inputs_longer_than_max_len():
+    with pytest.raises(LmgridError, match="max_len=8"):
+        make("transformer", max_len=8)(tokens(18, t=9))

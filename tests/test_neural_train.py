@@ -1,0 +1,209 @@
+"""Training end to end on tiny corpora: the bigram source's PPL, resume, NaN stop, bad input, score/generate."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from lmgrid import cli, lm
+from lmgrid.errors import LmgridError
+from lmgrid.neural import train as train_mod
+from lmgrid.neural.callbacks import LOG_COLUMNS
+from lmgrid.neural.gates import COLUMNS as GATE_COLUMNS
+from lmgrid.ppl import counted_tokens
+from lmgrid.corpus import load_split
+from lmgrid.runkey import normalise
+
+from test_neural_support import TINY, BigramSource, tiny_corpus, write_corpus
+
+
+def train(corpus, tmp_path, arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, **hp):
+    key = normalise(arch, impl, n_step, layers, regime, seed)
+    run_dir = tmp_path / key.run_dir("c")
+    metrics = train_mod.run(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed,
+                            paths=corpus["paths"], vocab_path=corpus["vocab_path"], run_dir=str(run_dir),
+                            ckpt_dir=str(tmp_path / "ckpt" / key.run_dir("c")), hp={**TINY, **hp}, threads=1)
+    return metrics, run_dir
+
+
+def test_window_model_at_n_step_2_reaches_bigram_source_ppl(tmp_path):
+    src = BigramSource(n_words=6, stop=0.2, seed=3)
+    test = src.sample(3000)
+    corpus = write_corpus(tmp_path, {"train": src.sample(5000), "valid": src.sample(500),
+                                         "test": test})
+    metrics, _ = train(corpus, tmp_path, arch="ffnn", n_step=2, epochs=3, lr=0.01, hidden_dim=32,
+                       batch_size=64, lr_decay=1.0)
+    analytic, sample = src.ppl(), src.sample_ppl(test)
+    assert metrics["test"]["tokens"] == counted_tokens(test)
+    # The model can match the source but not beat it beyond the sample's noise.
+    assert metrics["test"]["ppl"] == pytest.approx(analytic, rel=0.03)
+    assert sample * 0.995 <= metrics["test"]["ppl"] <= sample * 1.02
+
+
+def test_metrics_log_and_gates_follow_the_contract(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    metrics, run_dir = train(corpus, tmp_path, arch="gru", impl="cell", n_step=4, layers=2, epochs=2)
+    on_disk = json.loads((run_dir / "metrics.json").read_text())
+    assert on_disk == json.loads(json.dumps(metrics))
+    for key in ("name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "train_tokens_per_s",
+                "epochs", "stopped_because", "wall_s", "device", "torch_version", "lightning_version"):
+        assert key in metrics, key
+    test_sents = load_split(corpus["paths"]["test"])
+    assert metrics["test"]["tokens"] == counted_tokens(test_sents)
+    assert metrics["epochs"] == 2 and metrics["stopped_because"] == "max_epochs"
+    assert metrics["train_tokens_per_s"] > 0
+    rows = list(csv.DictReader((run_dir / "log.csv").open()))
+    assert list(rows[0]) == LOG_COLUMNS and [int(r["epoch"]) for r in rows] == [1, 2]
+    gates = list(csv.DictReader((run_dir / "gates.csv").open()))
+    assert list(gates[0]) == GATE_COLUMNS
+    alls = [g for g in gates if g["scope"] == "all"]
+    assert {(int(g["layer"]), g["gate"]) for g in alls} == {(l, g) for l in (0, 1) for g in "zr"}
+    assert all(int(g["count"]) == metrics["test"]["tokens"] * 3 * 16 for g in alls)  # windows x positions x units
+    assert {int(g["index"]) for g in gates if g["scope"] == "position"} == {0, 1, 2}
+    assert len([g for g in gates if g["scope"] == "unit"]) == 2 * 2 * 16
+    assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_above_0.9"]) <= 1 for g in gates)
+    assert not (tmp_path / "ckpt").joinpath(run_dir.relative_to(tmp_path)).exists()  # cleaned up when done
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("regime", ["window", "stream"])
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, monkeypatch, regime):
+    corpus = tiny_corpus(tmp_path)
+    hp = dict(epochs=3, dropout=0.3, lr_decay=0.5, lr_patience=0, deterministic=True)
+    straight, straight_dir = train(corpus, tmp_path / "a", regime=regime, **hp)
+
+    original = train_mod.Progress.on_train_epoch_start
+
+    def kill_at_epoch_3(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise Killed("job killed")
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill_at_epoch_3)
+    with pytest.raises(Killed):
+        train(corpus, tmp_path / "b", regime=regime, **hp)
+    key = normalise("lstm", "torch", 3, 1, regime, 1)
+    assert (tmp_path / "b" / "ckpt" / key.run_dir("c") / "last.ckpt").is_file()
+    assert not (tmp_path / "b" / key.run_dir("c") / "metrics.json").exists()
+    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", original)
+    resumed, resumed_dir = train(corpus, tmp_path / "b", regime=regime, **hp)
+    assert resumed["epochs"] == straight["epochs"] == 3
+    assert resumed["test"]["ppl"] == straight["test"]["ppl"]
+    assert resumed["valid"]["ppl"] == straight["valid"]["ppl"]
+    log_a = [r[:-1] for r in csv.reader((straight_dir / "log.csv").open())]
+    log_b = [r[:-1] for r in csv.reader((resumed_dir / "log.csv").open())]
+    assert log_a == log_b and len(log_a) == 4  # header + 3 epochs, wall_s aside
+
+
+def test_stale_checkpoint_of_another_config_is_not_resumed(tmp_path, monkeypatch, capsys):
+    corpus = tiny_corpus(tmp_path)
+
+    def kill(self, trainer, pl_module):
+        if trainer.current_epoch == 1:
+            raise Killed
+
+    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill)
+    with pytest.raises(Killed):
+        train(corpus, tmp_path, epochs=2)
+    monkeypatch.undo()
+    metrics, _ = train(corpus, tmp_path, epochs=2, lr=0.001)
+    assert "discarding" in capsys.readouterr().out
+    assert metrics["epochs"] == 2
+
+
+def test_nan_loss_stops_with_one_line_error(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    with pytest.raises(LmgridError) as e:
+        train(corpus, tmp_path, optimizer="sgd", lr=1e30, clip=0, epochs=2)
+    msg = str(e.value)
+    assert "\n" not in msg and "epoch 1, step" in msg and "lower the learning rate" in msg
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(n_step=1), "n_step: 1 is below 2"),
+    (dict(layers=0), "layers: 0"),
+    (dict(arch="lstmx"), "unknown neural architecture 'lstmx'"),
+    (dict(impl="fused"), "'fused' is not an implementation of lstm"),
+    (dict(arch="ffnn", regime="stream"), "ffnn .* no stream regime"),
+    (dict(bogus=1), "train.bogus: unknown training setting"),
+    (dict(optimizer="rmsprop"), "train.optimizer"),
+])
+def test_bad_input_is_a_one_line_error(tmp_path, args, match):
+    corpus = tiny_corpus(tmp_path)
+    with pytest.raises(LmgridError, match=match) as e:
+        train(corpus, tmp_path, **args)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_reports_bad_input_on_one_line(tmp_path, capsys):
+    corpus = tiny_corpus(tmp_path)
+    p = corpus["paths"]
+    rc = cli.main(["train", "--arch", "lstm", "--n-step", "1", "--train", p["train"], "--valid", p["valid"],
+                   "--test", p["test"], "--vocab", corpus["vocab_path"], "--run-dir", str(tmp_path / "r"),
+                   "--ckpt-dir", str(tmp_path / "k")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "n_step: 1 is below 2" in err
+
+
+@pytest.mark.parametrize("regime", ["window", "stream"])
+def test_score_and_generate_on_a_trained_run(tmp_path, capsys, regime):
+    corpus = tiny_corpus(tmp_path)
+    metrics, run_dir = train(corpus, tmp_path, regime=regime, n_step=3)
+    capsys.readouterr()
+    model = lm.load(run_dir)
+    sents = load_split(corpus["paths"]["test"])
+    per = model.sentence_logprobs(sents)
+    assert [len(p) for p in per] == [len(s) + 1 for s in sents]
+    # next_logprobs agrees with sentence_logprobs on every target of a sentence.
+    s = sents[0]
+    for j, t in enumerate([*s, "</s>"]):
+        assert model.next_logprobs(s[:j])[model.vocab.index[t]] == pytest.approx(per[0][j], abs=1e-5)
+    assert cli.main(["score", "--run", str(run_dir), "--text", corpus["paths"]["test"],
+                     "--out", str(tmp_path / "s.tsv")]) == 0
+    summary = capsys.readouterr().err
+    assert f"{metrics['test']['tokens']} counted tokens" in summary
+    if regime == "window":  # the same convention as training's evaluation: the same PPL
+        ppl = float(summary.rsplit("PPL", 1)[1])
+        assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-3)
+    assert cli.main(["generate", "--run", str(run_dir), "-n", "4", "--top-k", "3", "--temperature", "0.8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(t in model.vocab.index for line in lines for t in line.split())
+
+
+def test_checkpoint_with_another_vocabulary_is_a_one_line_error(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    _, run_dir = train(corpus, tmp_path)
+    vocab = json.loads(open(corpus["vocab_path"]).read())
+    vocab["tokens"].append(["newword", 1])
+    vocab["size"] += 1
+    open(corpus["vocab_path"], "w").write(json.dumps(vocab))
+    with pytest.raises(LmgridError, match="vocabulary .* differs from the corpus") as e:
+        lm.load(run_dir)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("arch, impl, regime", [
+    ("ffnn", "torch", "window"), ("rnn", "torch", "stream"), ("lstm", "cell", "window"),
+    ("lstm", "concat", "stream"), ("gru", "torch", "stream"), ("transformer", "torch", "window"),
+])
+def test_lmgrid_train_fast_smoke(tmp_path, capsys, arch, impl, regime):
+    corpus = tiny_corpus(tmp_path)
+    p = corpus["paths"]
+    key = normalise(arch, impl, 3, 1, regime, 1)
+    run_dir = tmp_path / key.run_dir("c")
+    rc = cli.main(["train", "--arch", arch, "--impl", impl, "--n-step", str(key.n_step), "--regime", regime,
+                   "--train", p["train"], "--valid", p["valid"], "--test", p["test"], "--vocab",
+                   corpus["vocab_path"], "--run-dir", str(run_dir), "--ckpt-dir", str(tmp_path / "k"),
+                   "--threads", "1", "--fast"])
+    assert rc == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test"]["tokens"] == counted_tokens(load_split(p["test"]))
+    assert 1 < metrics["test"]["ppl"] < 2 * metrics["params"]
+    assert (run_dir / "model.ckpt").is_file() and (run_dir / "log.csv").is_file()
+    assert (run_dir / "gates.csv").is_file() == (arch in ("lstm", "gru"))
+    torch.set_num_threads(1)

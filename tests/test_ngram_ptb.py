@@ -1,0 +1,52 @@
+"""Interpolated modified Kneser-Ney on the Penn Treebank against the published figures, and KenLM's
+reading of our ARPA file.  Published: 3-gram 148.3, 5-gram 141.2 test PPL (Mikolov 2012, Table 4.1;
+see the README beside the data); <unk> is an ordinary word, one </s> per sentence counted."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lmgrid.corpus import load_split
+from lmgrid.ngram import arpa
+from lmgrid.ngram.counts import count_sentences
+from lmgrid.ngram.estimate import estimate
+from lmgrid.ngram.model import NgramModel
+from lmgrid.ppl import BOS, PAD
+from lmgrid.vocab import build
+
+pytestmark = pytest.mark.ptb
+PUBLISHED_TEST_PPL = {3: 148.3, 5: 141.2}
+
+
+@pytest.fixture(scope="module")
+def ptb(ptb_dir):
+    splits = {s: load_split(ptb_dir / f"ptb.{s}.txt") for s in ("train", "valid", "test")}
+    vocab = build(splits["train"])
+    return splits, vocab, count_sentences(splits["train"], vocab, 5)
+
+
+def mkn(ptb, order) -> NgramModel:
+    _, vocab, counts = ptb
+    return NgramModel(estimate(counts, "mkn", order, vocab.index[BOS], vocab.index[PAD]), vocab)
+
+
+@pytest.mark.parametrize("order", [3, 5])
+def test_mkn_reproduces_the_published_test_ppl(ptb, order):
+    splits, vocab, _ = ptb
+    result = mkn(ptb, order).evaluate(splits["test"])
+    assert result["tokens"] == 82_430 and result["oov_tokens"] == 0  # README: 78,669 words + 3,761 </s>
+    assert result["ppl"] == pytest.approx(PUBLISHED_TEST_PPL[order], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_kenlm_scores_our_5gram_arpa_like_we_do(ptb, tmp_path):
+    kenlm = pytest.importorskip("kenlm")
+    splits, vocab, _ = ptb
+    model = mkn(ptb, 5)
+    path = tmp_path / "ptb5.arpa"
+    arpa.write(path, model.backoff, vocab.tokens)
+    ours = -model.evaluate(splits["test"])["nll_nats"]
+    lm = kenlm.Model(str(path))
+    theirs = sum(lm.score(" ".join(s), bos=True, eos=True) for s in splits["test"]) * math.log(10)
+    assert theirs == pytest.approx(ours, rel=1e-4)

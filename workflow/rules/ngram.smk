@@ -1,0 +1,45 @@
+# N-gram models: one counting job per corpus, then one job per n-gram grid cell (n_step = order).
+# The counts hold every order up to the largest n_step of any n-gram run in config["studies"].
+NGRAM_MAX_ORDER = max([k.n_step for k in all_runs(config["studies"]) if k.is_ngram], default=1)
+
+
+rule ngram_counts:
+    input:
+        train="results/{corpus}/corpus/train.txt",
+        vocab="results/{corpus}/vocab.json",
+    output:
+        "results/{corpus}/ngram/counts.npz",
+    params:
+        max_order=NGRAM_MAX_ORDER,
+    log:
+        "results/{corpus}/logs/ngram_counts.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid ngram-counts --train {input.train} --vocab {input.vocab} "
+        "--max-order {params.max_order} --out {output} > {log} 2>&1"
+
+
+rule ngram:
+    input:
+        counts="results/{corpus}/ngram/counts.npz",
+        vocab="results/{corpus}/vocab.json",
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+    output:
+        metrics=f"{RUN_DIR}/metrics.json",
+        arpa=f"{RUN_DIR}/model.arpa",
+    wildcard_constraints:
+        arch="addk|katz|kn|mkn",
+        impl="ngram",
+    params:
+        addk_k=config.get("ngram", {}).get("addk_k", 1.0),
+        katz_max_count=config.get("ngram", {}).get("katz_max_count", 7),
+    log:
+        f"{RUN_DIR}/ngram.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
+        "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
+        "--addk-k {params.addk_k} --katz-max-count {params.katz_max_count} > {log} 2>&1"
