@@ -74,8 +74,11 @@ def _log_if_wide(ax, values):
             lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" and max(values) / min(values) < 30 else ""))
 
 
-def _legend(ax, n_items: int):
-    ax.legend(frameon=False, ncol=1 if n_items <= 8 else 2, loc="best")
+def _legend(ax, n_items: int, outside: bool = False):
+    if outside:  # beside the axes: never hides a line or the oracle
+        ax.legend(frameon=False, ncol=1 if n_items <= 14 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(frameon=False, ncol=1 if n_items <= 8 else 2, loc="best")
 
 
 def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, title: str) -> list[str]:
@@ -98,7 +101,7 @@ def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, tit
         ax.set_xlabel(NSTEP_LABEL)
         ax.set_ylabel(PPL_LABEL)
         ax.set_title(title)
-        _legend(ax, series["series"].nunique() + (oracle_ppl is not None))
+        _legend(ax, series["series"].nunique() + (oracle_ppl is not None), outside=True)
         return save(fig, stem)
 
 
@@ -119,7 +122,7 @@ def ppl_vs_layers(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, ti
         ax.set_xlabel("Number of layers")
         ax.set_ylabel(PPL_LABEL)
         ax.set_title(title)
-        _legend(ax, series["series"].nunique() + (oracle_ppl is not None))
+        _legend(ax, series["series"].nunique() + (oracle_ppl is not None), outside=True)
         return save(fig, stem)
 
 
