@@ -18,9 +18,15 @@ include: "workflow/rules/vocab.smk"
 include: "workflow/rules/ngram.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         f"results/{CORPUS}/summary.csv",
         f"results/{CORPUS}/summary.md",
+        expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
+        f"results/{CORPUS}/mlflow_sync.json",

@@ -7,7 +7,7 @@ import sys
 
 from lmgrid.config import check as _check_config
 from lmgrid.errors import LmgridError
-from lmgrid.runkey import RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
+from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
 
 try:
     _check_config(config, workflow.source_path("../schemas/config.schema.yaml"),
@@ -65,3 +65,27 @@ def corpus_options(wildcards):
 
 def run_dirs():
     return [key.run_dir(CORPUS) for key in all_runs(config["studies"])]
+
+
+# Resources of one training job, for the train rules of the model stages:
+#     threads: train_threads
+#     resources: mem_mb=train_mem_mb, runtime=train_runtime, gpu=train_gpu
+#     benchmark: "results/{corpus}/benchmarks/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.tsv"
+# On a laptop `snakemake --cores 2 --resources gpu=1` runs one GPU job at a time; on SLURM the plugin
+# turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
+def train_threads(wildcards):
+    return 1 if wildcards.arch in NGRAM_ARCHS else config.get("train", {}).get("threads", 1)
+
+
+def train_mem_mb(wildcards, attempt):
+    return (2000 if wildcards.arch in NGRAM_ARCHS else 4000) * attempt
+
+
+def train_runtime(wildcards, attempt):
+    return (15 if wildcards.arch in NGRAM_ARCHS else 120) * attempt
+
+
+def train_gpu(wildcards):
+    train = config.get("train", {})
+    asks = train.get("accelerator") in ("gpu", "cuda")
+    return int(train.get("devices", 1)) if asks and wildcards.arch not in NGRAM_ARCHS else 0

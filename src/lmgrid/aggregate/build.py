@@ -1,0 +1,70 @@
+"""Write every study's tables and figures: exactly the files `layout.study_plan` promises."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import LmgridError
+from ..runkey import expand_study
+from . import effects, plots, tables
+from .collect import load_study, read_oracle
+from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
+
+
+def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: str | Path = ".",
+                out_dir: str | Path | None = None) -> list[str]:
+    keys = expand_study(study)
+    data = load_study(keys, corpus, root)
+    out = Path(out_dir) if out_dir else Path(root) / STUDIES_DIR.format(corpus=corpus) / name
+    out.mkdir(parents=True, exist_ok=True)
+    summary = tables.summarise(data["runs"])
+    plan = study_plan(study)
+    oracle_test = oracle["test"]["ppl"] if oracle else None
+    written = []
+
+    def stem(s: str) -> str:
+        return str(out / s)
+
+    tables.write_tables(name, study.get("description", ""), summary, oracle,
+                        *(f"{stem('table')}.{e}" for e in TABLE_EXTS))
+    written += [f"{stem('table')}.{e}" for e in TABLE_EXTS]
+    for s in plan:
+        title = f"Study {name}"
+        if s == "ppl_vs_nstep":
+            written += plots.ppl_vs_nstep(summary, oracle_test, stem(s), f"{title}: perplexity against context")
+        elif s == "ppl_vs_layers":
+            written += plots.ppl_vs_layers(summary, oracle_test, stem(s), f"{title}: perplexity against depth")
+        elif s == "curves":
+            written += plots.curves(data["logs"], stem(s), f"{title}: training curves")
+        elif s == "gates_vs_nstep":
+            _need(data["gates"], "all", name)
+            written += plots.gate_means(data["gates"], stem(s), f"{title}: gate means against n_step")
+        elif s == "gates_effect":
+            eff = effects.gate_slopes(data["gates"])
+            effects.write_effects(name, eff, *(f"{stem(s)}.{e}" for e in TABLE_EXTS))
+            written += [f"{stem(s)}.{e}" for e in TABLE_EXTS]
+        elif s.startswith("saturation_"):
+            _, arch, impl = s.split("_", 2)
+            g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
+            _need(g, "unit", name)
+            label = arch if impl == "torch" else f"{arch}/{impl}"
+            written += plots.saturation(g, stem(s), f"{title}: {label} per-unit gate saturation")
+    planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}
+    if planned != set(written):  # a bug, not a user error: Snakemake would miss or reject files
+        raise RuntimeError(f"study {name}: wrote {sorted(set(written) ^ planned)} against the plan")
+    return written
+
+
+def _need(gates, scope: str, study: str) -> None:
+    if not (gates["scope"] == scope).any():
+        raise LmgridError(f"studies.{study}: no gates.csv rows with scope '{scope}' in its LSTM/GRU runs")
+
+
+def build_all(corpus: str, studies: dict, oracle_path: str | None, root: str | Path = ".") -> list[str]:
+    oracle = read_oracle(oracle_path)
+    written = []
+    for name, study in studies.items():
+        files = build_study(corpus, name, study, oracle, root)
+        print(f"study {name}: {len(expand_study(study))} runs, {len(files)} files", file=sys.stderr)
+        written += files
+    return written

@@ -1,0 +1,95 @@
+"""Read run folders (docs/contracts.md) into pandas frames, one row per run, epoch or gate row."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import LmgridError, read_json
+from ..runkey import RunKey
+from .layout import GATED_ARCHS, model_label
+
+KEY_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed"]
+LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
+GATE_COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_below_0.1", "frac_above_0.9", "count"]
+
+
+def key_fields(key: RunKey) -> dict:
+    return {"model": model_label(key), **asdict(key)}
+
+
+def run_path(key: RunKey, corpus: str, root: str | Path = ".") -> Path:
+    return Path(root) / key.run_dir(corpus)
+
+
+def read_metrics(path: Path) -> dict:
+    m = read_json(path)
+    for split in ("valid", "test"):
+        if not isinstance(m.get(split), dict) or "ppl" not in m[split]:
+            raise LmgridError(f"{path}: missing key {split}.ppl (see docs/contracts.md)")
+    return m
+
+
+def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    if not path.is_file():
+        raise LmgridError(f"{path}: file not found (every run of this architecture writes it, see docs/contracts.md)")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise LmgridError(f"{path}: not a valid CSV file ({str(e).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise LmgridError(f"{path}: missing column {missing[0]!r} (expected {', '.join(columns)})")
+    return df
+
+
+def read_log(path: Path) -> pd.DataFrame:
+    return _read_csv(path, LOG_COLUMNS)
+
+
+def read_gates(path: Path) -> pd.DataFrame:
+    df = _read_csv(path, GATE_COLUMNS)
+    df["gate"] = df["gate"].astype(str)
+    df["scope"] = df["scope"].astype(str)
+    return df
+
+
+def run_row(key: RunKey, m: dict) -> dict:
+    row = key_fields(key)
+    for split in ("valid", "test"):
+        for k in ("ppl", "nll_nats", "tokens", "oov_tokens"):
+            row[f"{split}_{k}"] = m[split].get(k)
+    for k in ("params", "epochs", "train_tokens_per_s", "wall_s", "stopped_because"):
+        row[k] = m.get(k)
+    return row
+
+
+def load_study(keys: list[RunKey], corpus: str, root: str | Path = ".") -> dict[str, pd.DataFrame]:
+    """The runs, per-epoch logs and gate statistics of a study's run keys.
+
+    metrics.json is required for every run, log.csv for neural runs and gates.csv for LSTM and GRU runs.
+    """
+    runs, logs, gates = [], [], []
+    for key in keys:
+        d = run_path(key, corpus, root)
+        runs.append(run_row(key, read_metrics(d / "metrics.json")))
+        if key.is_ngram:
+            continue
+        log = read_log(d / "log.csv")
+        logs.append(log.assign(**key_fields(key)))
+        if key.arch in GATED_ARCHS:
+            gates.append(read_gates(d / "gates.csv").assign(**key_fields(key)))
+    runs_df = pd.DataFrame(runs, columns=KEY_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in KEY_COLUMNS])
+    logs_df = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=KEY_COLUMNS + LOG_COLUMNS)
+    gates_df = pd.concat(gates, ignore_index=True) if gates else pd.DataFrame(columns=KEY_COLUMNS + GATE_COLUMNS)
+    return {"runs": runs_df, "logs": logs_df, "gates": gates_df}
+
+
+def read_oracle(path: str | Path | None) -> dict | None:
+    if not path:
+        return None
+    o = read_json(path)
+    if "test" not in o or "ppl" not in o["test"]:
+        raise LmgridError(f"{path}: missing key test.ppl")
+    return o

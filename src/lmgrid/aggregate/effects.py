@@ -1,0 +1,100 @@
+"""How the mean gate activation changes with the context window, with a 95% confidence interval.
+
+The course report claims that as n_step grows the LSTM forget gate mean rises and the input gate
+mean falls.  We estimate, per model, layer and gate, the slope of the gate mean (scope `all` of
+gates.csv, window regime) against n_step.  Seeds are the independent replicates: each seed gives one
+least-squares slope over its n_step values, and the interval is the t interval of the mean slope
+(df = seeds - 1).  With a single seed the interval falls back to the ordinary least-squares standard
+error of the slope over the n_step points (df = points - 2), which ignores seed-to-seed variation.
+"""
+from __future__ import annotations
+
+import math
+from html import escape
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..errors import atomic_write
+from .tables import _latex_escape, html_page
+
+CONFIDENCE = 0.95
+COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "gate_mean_first", "gate_mean_last",
+           "slope_per_token", "ci_low", "ci_high", "method", "direction"]
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
+    df = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
+    rows = []
+    for (model, layers, layer, gate), g in df.groupby(["model", "layers", "layer", "gate"], sort=True):
+        steps = sorted(g["n_step"].unique())
+        if len(steps) < 2:
+            continue
+        per_seed = []
+        for _, s in g.groupby("seed"):
+            if s["n_step"].nunique() >= 2:
+                per_seed.append(_slope(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)))
+        q = 0.5 + confidence / 2
+        if len(per_seed) >= 2:
+            slope = float(np.mean(per_seed))
+            half = stats.t.ppf(q, len(per_seed) - 1) * np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))
+            method = f"t over {len(per_seed)} seed slopes"
+        else:
+            x, y = g["n_step"].to_numpy(float), g["mean"].to_numpy(float)
+            fit = stats.linregress(x, y)
+            slope = float(fit.slope)
+            half = stats.t.ppf(q, len(x) - 2) * fit.stderr if len(x) > 2 else math.nan
+            method = "OLS standard error (one seed)"
+        lo, hi = slope - half, slope + half
+        direction = "rises" if lo > 0 else "falls" if hi < 0 else "no clear change"
+        by_step = g.groupby("n_step")["mean"].mean()
+        rows.append({"model": model, "layers": layers, "layer": int(layer), "gate": gate,
+                     "seeds": int(g["seed"].nunique()), "n_steps": " ".join(str(int(s)) for s in steps),
+                     "gate_mean_first": by_step.iloc[0], "gate_mean_last": by_step.iloc[-1],
+                     "slope_per_token": slope, "ci_low": lo, "ci_high": hi, "method": method,
+                     "direction": direction})
+    order = "ifogzr"  # LSTM i f o g, then GRU z r
+    rows.sort(key=lambda r: (r["model"], r["layers"], r["layer"], order.find(r["gate"]) % 99))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path, html_path) -> None:
+    with atomic_write(csv_path) as fh:
+        effects.to_csv(fh, index=False, float_format="%.6g")
+    pct = int(CONFIDENCE * 100)
+    show = effects.assign(**{
+        "slope (per token)": effects["slope_per_token"].map(lambda v: f"{v:+.4f}"),
+        f"{pct}% CI": [f"[{a:+.4f}, {b:+.4f}]" if not math.isnan(a) else "–"
+                       for a, b in zip(effects["ci_low"], effects["ci_high"])],
+        "mean at first/last n": [f"{a:.3f} → {b:.3f}" for a, b in zip(effects["gate_mean_first"],
+                                                                        effects["gate_mean_last"])],
+    })[["model", "layers", "layer", "gate", "seeds", "mean at first/last n", "slope (per token)", f"{pct}% CI",
+        "direction"]]
+    md = [f"## Gate means against n_step, study `{name}`", "",
+          f"Slope of the mean gate activation per extra context token, {pct}% CI "
+          f"({effects['method'].iloc[0] if len(effects) else 'no data'}). "
+          "`direction` is `rises`/`falls` only when the interval excludes 0. Layers count from 0.", "",
+          show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)", ""]
+    with atomic_write(md_path) as fh:
+        fh.write("\n".join(md))
+    cols = list(show.columns)
+    tex = [r"\begin{table}[t]", r"\centering",
+           rf"\caption{{Slope of the mean gate activation against n\_step (per token) with {pct}\% CI, "
+           rf"study {_latex_escape(name)}.}}", rf"\label{{tab:{name}-gates}}",
+           r"\begin{tabular}{l" + "r" * (len(cols) - 1) + "}", r"\toprule",
+           " & ".join(_latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    for _, row in show.iterrows():
+        tex.append(" & ".join(_latex_escape(str(v)).replace("→", r"$\to$") for v in row) + r" \\")
+    tex += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    with atomic_write(tex_path) as fh:
+        fh.write("\n".join(tex))
+    note = (f"<p>Slope of the mean gate activation per extra context token with its {pct}% confidence interval "
+            f"({escape(effects['method'].iloc[0]) if len(effects) else 'no data'}); <i>direction</i> is rises/falls "
+            "only when the interval excludes 0. Layers count from 0.</p>")
+    with atomic_write(html_path) as fh:
+        fh.write(html_page(f"Gate means against n_step, study {name}", [note, show.to_html(index=False, border=0)]))

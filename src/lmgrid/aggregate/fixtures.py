@@ -1,0 +1,102 @@
+"""Fake run folders that follow docs/contracts.md, for tests and for trying the aggregation without training.
+
+The numbers are made up but shaped like real ones: perplexity falls with context and depth towards
+the oracle, the LSTM forget-gate mean rises and the input-gate mean falls with n_step, and seeds
+add noise.  Nothing here is a result.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import zlib
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import atomic_write, write_json
+from ..runkey import RunKey, all_runs
+from .layout import GATED_ARCHS
+
+GATES = {"lstm": "ifog", "gru": "zr"}
+BASE_PPL = {"addk": 160.0, "katz": 120.0, "kn": 105.0, "mkn": 100.0, "ffnn": 95.0, "rnn": 92.0, "lstm": 85.0,
+            "gru": 86.0, "transformer": 88.0}
+ORACLE_PPL = 60.0
+
+
+def _rng(key: RunKey) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(asdict(key)).encode()))
+
+
+def fake_ppl(key: RunKey) -> float:
+    """Deterministic PPL for a key: better with context and depth, plus seed noise."""
+    n = key.n_step if key.regime == "window" else 12
+    ppl = ORACLE_PPL + (BASE_PPL[key.arch] - ORACLE_PPL) * (1.0 + 2.0 / n) / 2.0 * (1.0 - 0.05 * (key.layers - 1))
+    if key.is_ngram:
+        return round(ppl, 4)
+    return round(ppl * (1.0 + 0.02 * _rng(key).standard_normal()), 4)
+
+
+def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> None:
+    rng = _rng(key)
+    test = fake_ppl(key)
+    valid = round(test * 1.01, 4)
+    tokens = 1000
+    m = {"name": key.name, **asdict(key),
+         "valid": {"ppl": valid, "nll_nats": round(tokens * math.log(valid), 4), "tokens": tokens, "oov_tokens": 3},
+         "test": {"ppl": test, "nll_nats": round(tokens * math.log(test), 4), "tokens": tokens, "oov_tokens": 2},
+         "params": 1000 * key.layers + 10 * key.n_step}
+    if key.is_ngram:
+        m.update({"order": key.n_step, "method": key.arch, "settings": {"discounts": [0.5, 0.8]},
+                  "timing": {"score_s": 0.25}})
+    else:
+        m.update({"train_tokens_per_s": 5000.0, "train_tokens": 20000, "epochs": epochs, "best_epoch": epochs - 1, "stopped_because": "max_epochs", "wall_s": 1.5,
+                  "device": "cpu", "torch_version": "fake", "lightning_version": "fake",
+                  "hparams": {"lr": 0.001, "hidden": units, "optimizer": "adam"}})
+        with atomic_write(run_dir / "log.csv") as fh:
+            w = csv.writer(fh)
+            w.writerow(["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"])
+            for e in range(epochs):
+                v = valid * (1.0 + 1.5 / (e + 1) ** 1.5)
+                t = v * 0.95
+                w.writerow([e, 50 * (e + 1), round(math.log(t), 6), round(t, 4), round(math.log(v), 6), round(v, 4),
+                            0.001, round(0.4 * (e + 1), 3)])
+    if key.arch in GATED_ARCHS:
+        write_gates(run_dir / "gates.csv", key, rng, units)
+    write_json(run_dir / "metrics.json", m)
+
+
+def write_gates(path: Path, key: RunKey, rng: np.random.Generator, units: int) -> None:
+    n = key.n_step if key.regime == "window" else 12
+    rows = []
+    for layer in range(key.layers):
+        for gate in GATES[key.arch]:
+            trend = {"f": 0.02, "i": -0.015, "z": -0.01}.get(gate, 0.0)
+            mean = (0.0 if gate == "g" else 0.5) + trend * n + 0.005 * rng.standard_normal()
+            lo, hi = max(0.02, 0.3 - trend * 5 * n), min(0.9, 0.2 + trend * 5 * n + 0.1)
+            rows.append(["all", layer, gate, -1, mean, 0.2, lo, hi, 1000 * units])
+            if key.regime == "window":
+                for pos in range(key.n_step):
+                    rows.append(["position", layer, gate, pos, mean + 0.01 * pos, 0.2, lo, hi, 1000 * units])
+            for u in range(units):
+                below, above = rng.uniform(0, 0.5, 2)
+                rows.append(["unit", layer, gate, u, mean, 0.2, round(below, 4), round(above, 4), 1000])
+    with atomic_write(path) as fh:
+        w = csv.writer(fh)
+        w.writerow(["scope", "layer", "gate", "index", "mean", "std", "frac_below_0.1", "frac_above_0.9", "count"])
+        for r in rows:
+            w.writerow([f"{v:.6f}" if isinstance(v, float) else v for v in r])
+
+
+def write_fake_results(root: str | Path, corpus: str, studies: dict, oracle: bool = True) -> list[RunKey]:
+    """Fake run folders for every run of `studies` (and oracle.json) under root/results/<corpus>/."""
+    root = Path(root)
+    keys = all_runs(studies)
+    for key in keys:
+        write_run(root / key.run_dir(corpus), key)
+    if oracle:
+        tokens = 1000
+        o = {s: {"ppl": ORACLE_PPL, "nll_nats": tokens * math.log(ORACLE_PPL), "tokens": tokens, "oov_tokens": 0,
+                 "is_floor": True} for s in ("valid", "test")}
+        write_json(root / f"results/{corpus}/oracle.json", o)
+    return keys

@@ -1,0 +1,305 @@
+"""Mirror run folders and study outputs into MLflow: one experiment per corpus, one run per grid cell,
+one run per study.  The aggregation job is the only writer (sqlite allows one at a time).
+
+Idempotent: each MLflow run carries the tag `lmgrid.run_key` (the run folder, or `study:<name>`) and a
+hash of the files it mirrors.  A sync finds runs by that tag; an unchanged run is left alone, a changed one
+(the cell was retrained) is replaced by a fresh run with the same tag and the old one is deleted, so the
+active run count never grows.  Params are immutable in MLflow, hence replacement rather than update.
+The tracking URI is always passed explicitly (the retired ./mlruns file store is never used).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import LmgridError, read_json
+from ..runkey import RunKey, all_runs, expand_study
+from .collect import read_gates, read_log
+from .layout import STUDIES_DIR, check_mlflow
+
+TAG_KEY = "lmgrid.run_key"
+TAG_HASH = "lmgrid.content_sha256"
+TAG_KIND = "lmgrid.kind"
+TAG_STUDIES = "lmgrid.studies"
+FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")
+NUMERIC_PARAMS = ("order",)
+TAG_KEYS = ("stopped_because", "device", "torch_version", "lightning_version")
+KEY_FIELDS = ("name", "arch", "impl", "n_step", "layers", "regime", "seed", "valid", "test")
+VERSIONED = ("lmgrid", "torch", "pytorch-lightning", "lightning", "mlflow", "pandas", "numpy", "snakemake",
+             "matplotlib", "kenlm", "scipy")
+
+
+def client_for(uri: str):
+    from mlflow import MlflowClient
+
+    check_mlflow({"tracking_uri": uri}, source="--tracking-uri")
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def experiment_id(client, name: str, uri: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        # Beside the database, not the ./mlruns default of the current directory.
+        location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts" / name).as_uri()
+    return client.create_experiment(name, artifact_location=location)
+
+
+def environment() -> dict[str, str]:
+    """The project's git commit and the installed package versions, recorded on every run."""
+    tags = {}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout
+        tags["mlflow.source.git.commit"] = commit.strip()
+        tags["lmgrid.git_dirty"] = str(bool(dirty.strip())).lower()
+    except (OSError, subprocess.CalledProcessError):
+        tags["mlflow.source.git.commit"] = "unknown (not a git checkout)"
+    for pkg in VERSIONED:
+        try:
+            tags[f"version.{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    tags["version.python"] = sys.version.split()[0]
+    return tags
+
+
+def packages_text() -> str:
+    names = sorted({(d.metadata["Name"] or "?").lower(): d.version for d in metadata.distributions()}.items())
+    return "".join(f"{n}=={v}\n" for n, v in names)
+
+
+def _sha(paths: list[Path], extra: str = "") -> str:
+    h = hashlib.sha256(extra.encode())
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"<missing>") + b"\0")
+    return h.hexdigest()
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = json.dumps(value)[:6000]
+    elif value is not None:
+        out[prefix] = str(value)[:6000]
+
+
+def cell_payload(key: RunKey, run_dir: Path) -> dict:
+    """Params, tags, final metrics and metric histories of one run folder (no MLflow calls)."""
+    m = read_json(run_dir / "metrics.json")
+    params = {k: str(getattr(key, k)) for k in ("arch", "impl", "n_step", "layers", "regime", "seed")}
+    extras = {k: v for k, v in m.items() if k not in KEY_FIELDS and k not in FINAL_KEYS and k not in TAG_KEYS}
+    # Top-level numbers (train_tokens, best_epoch, ...) are results; settings (hparams, the n-gram order) are params.
+    numbers = {k: float(v) for k, v in extras.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in NUMERIC_PARAMS}
+    _flatten("", {k: v for k, v in extras.items() if k not in numbers}, params)
+    tags = {k: str(m[k]) for k in TAG_KEYS if m.get(k) is not None}
+    final = {}
+    for split in ("valid", "test"):
+        for k, v in m[split].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                final[f"{split}_{k}"] = float(v)
+    for k in FINAL_KEYS:
+        if isinstance(m.get(k), (int, float)):
+            final["n_params" if k == "params" else k] = float(m[k])
+    final.update(numbers)
+    for k in [k for k in params if k.endswith("_s") and "." in k]:  # timings (e.g. timing.score_s) are results
+        try:
+            final[k] = float(params[k])
+        except ValueError:
+            continue
+        del params[k]
+    history = []  # (key, value, step)
+    if (run_dir / "log.csv").is_file():
+        log = read_log(run_dir / "log.csv")
+        for _, row in log.iterrows():
+            step = int(row["step"])
+            history.append(("epoch", float(row["epoch"]), step))
+            for col in ("train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"):
+                if pd.notna(row[col]):
+                    history.append((f"epoch/{col}", float(row[col]), step))
+    if (run_dir / "gates.csv").is_file():
+        g = read_gates(run_dir / "gates.csv")
+        for _, row in g[g["scope"] == "all"].iterrows():
+            for col in ("mean", "std", "frac_below_0.1", "frac_above_0.9"):
+                final[f"gates/l{int(row['layer'])}/{row['gate']}/{col}"] = float(row[col])
+        for _, row in g[g["scope"] == "position"].iterrows():
+            history.append((f"gates_by_position/l{int(row['layer'])}/{row['gate']}/mean", float(row["mean"]),
+                            int(row["index"])))
+    return {"params": params, "tags": tags, "final": final, "history": history}
+
+
+def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, 0) for k, v in final.items()] + [Metric(k, v, now, s) for k, v, s in history]
+    p = [Param(k, v) for k, v in params.items()]
+    t = [RunTag(k, v) for k, v in tags.items()]
+    for i in range(0, max(len(p), len(t)), 100):  # MLflow's log_batch limits: 100 params/tags, 1000 metrics
+        client.log_batch(run_id, params=p[i:i + 100], tags=t[i:i + 100])
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+
+class Syncer:
+    def __init__(self, uri: str, experiment: str):
+        self.uri = uri
+        self.client = client_for(uri)
+        self.experiment_id = experiment_id(self.client, experiment, uri)
+        self.env = environment()
+        self.existing = self._existing()
+        self.counts = {"created": 0, "replaced": 0, "unchanged": 0}
+        self._packages = None
+
+    def _existing(self) -> dict[str, object]:
+        """Active runs by run-key tag; stray duplicates (a sync killed mid-way) are deleted."""
+        from mlflow.entities import ViewType
+
+        found: dict[str, list] = {}
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
+                                           max_results=1000, page_token=token)
+            for r in page:
+                if TAG_KEY in r.data.tags:
+                    found.setdefault(r.data.tags[TAG_KEY], []).append(r)
+            token = page.token
+            if not token:
+                break
+        out = {}
+        for key, runs in found.items():
+            runs.sort(key=lambda r: (r.data.tags.get(TAG_HASH) is not None, r.info.start_time), reverse=True)
+            out[key] = runs[0]
+            for r in runs[1:]:
+                self.client.delete_run(r.info.run_id)
+        return out
+
+    def _packages_file(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        p = folder / "packages.txt"
+        if self._packages is None:
+            self._packages = packages_text()
+        p.write_text(self._packages, encoding="utf-8")
+        return p
+
+    def _start(self, tag: str, digest: str, run_name: str, tags: dict):
+        """The existing run for `tag` if its content hash matches (None), else a fresh run."""
+        old = self.existing.get(tag)
+        if old is not None and old.data.tags.get(TAG_HASH) == digest:
+            self.counts["unchanged"] += 1
+            for k, v in tags.items():  # mutable bookkeeping (e.g. which studies hold the cell)
+                if old.data.tags.get(k) != v:
+                    self.client.set_tag(old.info.run_id, k, v)
+            return old, False
+        run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                     tags={TAG_KEY: tag, **self.env, **tags})
+        if old is not None:
+            self.client.set_tag(run.info.run_id, "lmgrid.replaces", old.info.run_id)
+            self.client.delete_run(old.info.run_id)
+            self.counts["replaced"] += 1
+        else:
+            self.counts["created"] += 1
+        self.existing[tag] = run
+        return run, True
+
+    def _finish(self, run_id: str, digest: str) -> None:
+        # The hash goes last: a run killed before this point is replaced on the next sync.
+        self.client.set_tag(run_id, TAG_HASH, digest)
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str]) -> str:
+        """`tag` is the run folder relative to the repository (results/<corpus>/runs/...)."""
+        files = [run_dir / f for f in ("metrics.json", "log.csv", "gates.csv")]
+        if not files[0].is_file():
+            raise LmgridError(f"{files[0]}: file not found (run the training first)")
+        digest = _sha(files)
+        tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
+        run, fresh = self._start(tag, digest, key.name, tags)
+        if not fresh:
+            return run.info.run_id
+        rid = run.info.run_id
+        payload = cell_payload(key, run_dir)
+        _log_all(self.client, rid, payload["params"], payload["tags"], payload["final"], payload["history"])
+        with tempfile.TemporaryDirectory() as tmp:  # staged, then one upload (one request over http)
+            for f in files:
+                if f.is_file():
+                    shutil.copyfile(f, Path(tmp) / f.name)
+            if files[1].is_file():
+                from .plots import run_curve
+
+                run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
+            self._packages_file(Path(tmp) / "environment")
+            self.client.log_artifacts(rid, tmp)
+        self._finish(rid, digest)
+        return rid
+
+    def sync_study(self, name: str, study: dict, study_dir: Path, cell_ids: dict[RunKey, str],
+                   test_ppl: dict[RunKey, float]) -> str:
+        keys = expand_study(study)
+        files = sorted(p for p in study_dir.iterdir() if p.is_file()) if study_dir.is_dir() else []
+        if not files:
+            raise LmgridError(f"{study_dir}: no study outputs (run `lmgrid aggregate` first)")
+        runs = pd.DataFrame({"run": [k.name for k in keys], "mlflow_run_id": [cell_ids[k] for k in keys],
+                             "test_ppl": [test_ppl.get(k) for k in keys]})
+        digest = _sha([p for p in files if p.suffix in (".csv", ".md", ".tex")],
+                      extra=json.dumps(study, sort_keys=True) + runs.to_csv(index=False))
+        run, fresh = self._start(f"study:{name}", digest, f"study: {name}", {TAG_KIND: "study"})
+        if not fresh:
+            return run.info.run_id
+        rid = run.info.run_id
+        params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in study.items()}
+        final = {"runs": float(len(keys))}
+        if runs["test_ppl"].notna().any():
+            final["best_test_ppl"] = float(runs["test_ppl"].min())
+        _log_all(self.client, rid, params, {}, final, [])
+        self.client.log_table(rid, runs, "tables/runs.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            for p in files:
+                if p.suffix == ".csv":
+                    self.client.log_table(rid, pd.read_csv(p), f"tables/{p.stem}.json")
+                (Path(tmp) / "study").mkdir(exist_ok=True)
+                shutil.copyfile(p, Path(tmp) / "study" / p.name)
+            self._packages_file(Path(tmp) / "environment")
+            self.client.log_artifacts(rid, tmp)
+        self._finish(rid, digest)
+        return rid
+
+
+def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "") -> dict:
+    """Sync every run of every study, then one run per study; returns counts and run ids."""
+    root = Path(root)
+    syncer = Syncer(uri, experiment_prefix + corpus)
+    membership: dict[RunKey, list[str]] = {}
+    for name, study in studies.items():
+        for k in expand_study(study):
+            membership.setdefault(k, []).append(name)
+    cell_ids, test_ppl = {}, {}
+    for key in all_runs(studies):
+        run_dir = root / key.run_dir(corpus)
+        cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key])
+        test_ppl[key] = read_json(run_dir / "metrics.json")["test"]["ppl"]
+    study_ids = {}
+    for name, study in studies.items():
+        study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
+        study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, test_ppl)
+    return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
+            **syncer.counts, "cells": len(cell_ids), "studies": study_ids}

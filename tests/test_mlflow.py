@@ -1,0 +1,159 @@
+"""MLflow mirror of fixture runs: contents, idempotence (run-key tags), replacement on change, a real http server."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from lmgrid.aggregate import build
+from lmgrid.aggregate.fixtures import write_fake_results
+from lmgrid.aggregate.tracking import TAG_KEY, sync
+from lmgrid.runkey import all_runs
+
+CORPUS = "fx"
+STUDIES = {
+    "context": {"arch": ["kn", "lstm"], "n_step": [2, 3], "seed": [1, 2]},
+    "more": {"arch": ["lstm"], "n_step": [3], "seed": [1, 2], "description": "shares two runs with context"},
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlf")
+    write_fake_results(root, CORPUS, STUDIES)
+    build.build_all(CORPUS, STUDIES, str(root / f"results/{CORPUS}/oracle.json"), root)
+    return root
+
+
+@contextlib.contextmanager
+def fluent_uri(uri: str):
+    old = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(old)
+
+
+def active_runs(uri: str):
+    with fluent_uri(uri):
+        return mlflow.search_runs(experiment_names=[CORPUS], max_results=1000)
+
+
+def test_sync_contents_and_idempotence(results, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    n_cells = len(all_runs(STUDIES))  # 2 kn + 4 lstm; the 'more' runs are shared
+    assert n_cells == 6
+    first = sync(uri, CORPUS, STUDIES, results)
+    assert (first["created"], first["unchanged"], first["cells"]) == (n_cells + 2, 0, n_cells)
+    runs = active_runs(uri)
+    assert len(runs) == n_cells + 2
+    assert runs[f"tags.{TAG_KEY}"].is_unique
+
+    client = MlflowClient(tracking_uri=uri)
+    cell = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2"].iloc[0]
+    metrics = json.loads((results / f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2/metrics.json").read_text())
+    assert cell["metrics.test_ppl"] == pytest.approx(metrics["test"]["ppl"])
+    assert cell["params.n_step"] == "3" and cell["params.hparams.optimizer"] == "adam"
+    assert cell["metrics.best_epoch"] == metrics["best_epoch"] and cell["metrics.epochs"] == metrics["epochs"]
+    assert cell["tags.stopped_because"] == metrics["stopped_because"]
+    assert cell["tags.lmgrid.studies"] == "context,more"
+    assert cell["tags.mlflow.source.git.commit"] and cell["tags.version.mlflow"] == mlflow.__version__
+    assert cell["metrics.gates/l0/f/mean"] > 0
+    history = client.get_metric_history(cell["run_id"], "epoch/valid_ppl")
+    log = (results / f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2/log.csv").read_text().splitlines()[1:]
+    assert [(h.step, round(h.value, 4)) for h in history] == [(int(r.split(",")[1]), float(r.split(",")[5]))
+                                                              for r in log]
+    artifacts = {a.path for a in client.list_artifacts(cell["run_id"])}
+    assert {"metrics.json", "log.csv", "gates.csv", "curve.png", "environment"} <= artifacts
+    study = runs[runs[f"tags.{TAG_KEY}"] == "study:context"].iloc[0]
+    assert study["metrics.runs"] == 6 and study["params.arch"] == '["kn", "lstm"]'
+    tables = {a.path for a in client.list_artifacts(study["run_id"], "tables")}
+    assert {"tables/table.json", "tables/runs.json", "tables/gates_effect.json"} <= tables
+    assert "study/ppl_vs_nstep.png" in {a.path for a in client.list_artifacts(study["run_id"], "study")}
+
+    second = sync(uri, CORPUS, STUDIES, results)
+    assert (second["created"], second["replaced"], second["unchanged"]) == (0, 0, n_cells + 2)
+    assert len(active_runs(uri)) == n_cells + 2
+    assert second["studies"] == first["studies"]
+
+    # A retrained cell (new metrics.json) replaces its MLflow run in place of a duplicate.
+    path = results / f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0/metrics.json"
+    saved = path.read_text()
+    try:
+        m = json.loads(saved)
+        m["test"]["ppl"] = 123.0
+        path.write_text(json.dumps(m))
+        third = sync(uri, CORPUS, STUDIES, results)
+    finally:
+        path.write_text(saved)
+    # The cell and the one study holding it (its runs table lists the test PPL) are replaced; 'more' is not.
+    assert (third["created"], third["replaced"], third["unchanged"]) == (0, 2, n_cells)
+    assert third["studies"]["more"] == first["studies"]["more"]
+    assert third["studies"]["context"] != first["studies"]["context"]
+    runs = active_runs(uri)
+    assert len(runs) == n_cells + 2
+    row = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0"].iloc[0]
+    assert row["metrics.test_ppl"] == 123.0
+    # N-gram settings are params, its timings metrics.
+    assert row["params.order"] == "2" and row["params.settings.discounts"] == "[0.5, 0.8]"
+    assert row["metrics.timing.score_s"] == 0.25
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_sync_to_a_real_mlflow_server(results, tmp_path):
+    port = _free_port()
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "art")]
+    log = open(tmp_path / "server.log", "w")
+    # Its own session, so stopping it by its process id also stops the workers it spawns.
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    pid = server.pid
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
+            time.sleep(0.5)
+        uri = f"http://127.0.0.1:{port}"
+        first = sync(uri, CORPUS, STUDIES, results)
+        second = sync(uri, CORPUS, STUDIES, results)
+        runs = active_runs(uri)
+        assert first["created"] == len(runs) == len(all_runs(STUDIES)) + 2
+        assert second["created"] == 0 and second["unchanged"] == len(runs)
+        client = MlflowClient(tracking_uri=uri)
+        study = runs[runs[f"tags.{TAG_KEY}"] == "study:more"].iloc[0]
+        assert "tables/table.json" in {a.path for a in client.list_artifacts(study["run_id"], "tables")}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(pid, signal.SIGKILL)
+            server.wait()
+        log.close()

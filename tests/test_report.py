@@ -1,0 +1,77 @@
+"""The Snakemake HTML report: the aggregate rule runs through Snakemake on fixture runs (so the report has the
+jobs' metadata), then `snakemake --report` embeds every study's table and figures, under captions.
+
+The studies here are not in config.yaml: a new study needs config only.  `--allowed-rules aggregate` keeps
+Snakemake from retraining the fixture runs (it would otherwise rebuild corpus, vocabulary and models).
+"""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+from lmgrid.aggregate import layout
+from lmgrid.aggregate.fixtures import write_fake_results
+from lmgrid.runkey import expand_study
+
+CORPUS = "rep"
+STUDIES = {
+    "ngram_orders": {"arch": ["kn", "mkn"], "n_step": [2, 3], "description": "a study that is not in config.yaml"},
+    "my_depth": {"arch": ["ffnn"], "n_step": [3], "layers": [1, 2], "seed": [1, 2]},
+}
+
+
+def snakemake(cwd, *args):
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(cwd),
+                           "--cores", "1", "--allowed-rules", "aggregate", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("report")
+    config = yaml.safe_load((REPO / "config.yaml").read_text())  # every section the schema requires
+    config["corpus"]["name"] = CORPUS
+    config["studies"] = STUDIES
+    (wd / "config.yaml").write_text(yaml.safe_dump(config))
+    write_fake_results(wd, CORPUS, STUDIES)
+    return wd
+
+
+def test_report_holds_every_study_table_and_figure(workdir):
+    targets = [p.format(corpus=CORPUS) for p in layout.all_outputs(CORPUS, STUDIES)]
+    snakemake(workdir, "--", *targets)
+    assert all((workdir / t).is_file() for t in targets)
+    snakemake(workdir, "--report", "report.html", "--", *targets)
+    html = (workdir / "report.html").read_text(encoding="utf-8")
+    for name, study in STUDIES.items():
+        key = f"results/{CORPUS}/studies/{name}/table.html"
+        m = re.search(re.escape(f'"{key}"') + r': \{.*?"data:text/html;charset=utf8;filename=table.html;base64,'
+                      r'([A-Za-z0-9+/=]+)"', html, re.S)
+        assert m, f"{key} is not in the report"
+        table = base64.b64decode(m.group(1)).decode("utf-8")
+        # Every configuration's mean test PPL, computed from the fixture files, is in the embedded table.
+        groups = {}
+        for k in expand_study(study):
+            ppl = yaml.safe_load((workdir / k.run_dir(CORPUS) / "metrics.json").read_text())["test"]["ppl"]
+            groups.setdefault((k.arch, k.n_step, k.layers), []).append(ppl)
+        for values in groups.values():
+            assert f"{statistics.fmean(values):.2f}" in table
+        assert f"Study {name}" in table
+        for fig in ("ppl_vs_nstep.png" if name == "ngram_orders" else "ppl_vs_layers.png",):
+            assert f'"results/{CORPUS}/studies/{name}/{fig}"' in html
+    assert "Test perplexity against the context window" in html  # a caption
+    assert "a study that is not in config.yaml" in html  # workflow.rst lists the studies

@@ -1,0 +1,49 @@
+# Studies after training: tables and figures of every study (one job), then the MLflow mirror (one job,
+# the only writer of the tracking database). Which files a study produces comes from its grid
+# (lmgrid.aggregate.layout), so a study added to config.yaml needs no change here.
+from lmgrid.aggregate.layout import check_mlflow as _check_mlflow
+from lmgrid.aggregate.layout import snakemake_outputs
+
+try:
+    _check_mlflow(config.get("mlflow", {}), source="config")
+except LmgridError as _e:
+    sys.exit(f"lmgrid: error: {_e}")
+
+MLFLOW = config.get("mlflow", {})
+STUDIES_JSON = shlex.quote(json.dumps(config["studies"], sort_keys=True))
+
+
+rule aggregate:
+    input:
+        metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
+    output:
+        snakemake_outputs(config["studies"], report),
+    params:
+        studies=STUDIES_JSON,
+        oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
+    log:
+        "results/{corpus}/logs/aggregate.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid aggregate --corpus {wildcards.corpus} --studies {params.studies} {params.oracle} > {log} 2>&1"
+
+
+rule mlflow_sync:
+    input:
+        metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        studies=snakemake_outputs(config["studies"]),
+    output:
+        "results/{corpus}/mlflow_sync.json",
+    params:
+        studies=STUDIES_JSON,
+        uri=MLFLOW.get("tracking_uri", "sqlite:///results/mlflow.db"),
+        prefix=shlex.quote(MLFLOW.get("experiment_prefix", "")),
+    log:
+        "results/{corpus}/logs/mlflow_sync.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
+        "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --out {output} > {log} 2>&1"
