@@ -14,6 +14,7 @@ STUDIES_JSON = shlex.quote(json.dumps(config["studies"], sort_keys=True))
 
 
 rule aggregate:
+    localrule: local("aggregate")
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
@@ -31,6 +32,7 @@ rule aggregate:
 
 
 rule mlflow_sync:
+    localrule: local("mlflow_sync")
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         studies=snakemake_outputs(config["studies"]),
