@@ -207,3 +207,17 @@ def test_lmgrid_train_fast_smoke(tmp_path, capsys, arch, impl, regime):
     assert (run_dir / "model.ckpt").is_file() and (run_dir / "log.csv").is_file()
     assert (run_dir / "gates.csv").is_file() == (arch in ("lstm", "gru"))
     torch.set_num_threads(1)
+
+
+def test_early_stopping_on_valid_ppl(tmp_path):
+    src = BigramSource(seed=5)
+    corpus = write_corpus(tmp_path, {"train": src.sample(15), "valid": src.sample(200), "test": src.sample(50)})
+    # 15 training sentences and a wide model: valid PPL soon rises (overfitting) and training must stop.
+    metrics, run_dir = train(corpus, tmp_path, epochs=40, hidden_dim=64, emb_dim=64, lr=0.03, lr_decay=1.0,
+                             early_stop_patience=2)
+    assert metrics["stopped_because"] == "early_stopping" and metrics["epochs"] < 40
+    valid = [float(r["valid_loss"]) for r in csv.DictReader((run_dir / "log.csv").open())]
+    best = min(range(len(valid)), key=valid.__getitem__)
+    assert best == len(valid) - 3 and metrics["best_epoch"] == best + 1  # two epochs without improvement
+    # The reported PPL is that of the best epoch's weights.
+    assert metrics["valid"]["nll_nats"] / metrics["valid"]["tokens"] == pytest.approx(valid[best], rel=1e-6)

@@ -36,7 +36,11 @@ class ModelConfig:
     direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
     heads: int = 4  # transformer attention heads; hidden_dim must be a multiple
     max_len: int = 512  # transformer: learned positions, so the longest input it accepts
-    compile: bool = False  # hand-written cells (lstm cell/concat, gru cell): torch.compile the per-step function
+    # Hand-written cells (lstm cell/concat, gru cell): torch.compile their per-step function. Off by default because
+    # `python -m lmgrid.bench cells` measured it slower than eager on the 2-core CPU (2x200, batch 20: the per-call
+    # overhead of a compiled function outweighs the fused gate kernel at these sizes) and it adds ~10-30 s of
+    # compilation per run. Worth re-measuring on a GPU.
+    compile: bool = False
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":

@@ -80,7 +80,8 @@ class LMModule(pl.LightningModule):
         loss = nll / n
         if not torch.isfinite(loss):
             raise LmgridError(
-                f"training loss became {float(loss.detach())} at epoch {self.current_epoch + 1}, step {self.global_step + 1} "
+                f"training loss became {float(loss.detach())} at epoch {self.current_epoch + 1}, "
+                f"step {self.global_step + 1} "
                 f"(batch {batch_idx + 1}): lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
         self.train_nll += float(nll.detach())
         self.train_count += int(n)

@@ -117,25 +117,30 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                       seed=seed)
     params = sum(p.numel() for p in module.model.parameters())
     n_train = data.counted_tokens("train")
+    start = f"resuming from {resume}" if resume else "from scratch"
     print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
-          f"{'resuming from ' + str(resume) if resume else 'from scratch'}", flush=True)
+          f"on {'cuda' if cuda else 'cpu'}, {start}", flush=True)
 
-    early = EarlyStopping(monitor="valid_loss", mode="min", patience=max(hp["early_stop_patience"] - 1, 0),
+    early = EarlyStopping(monitor="valid_loss", mode="min", patience=hp["early_stop_patience"],
                           check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
     callbacks = [cb for cb in (early, epoch_log, Progress(hp["log_every"]), ckpt) if cb is not None]
-    trainer = pl.Trainer(
-        max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=1, precision=precision,
-        deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
-        gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
-        reload_dataloaders_every_n_epochs=1,  # a fresh, epoch-seeded shuffle each epoch (see data.BatchIndices)
-        default_root_dir=str(ckpt_dir))
+    # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
+    # metrics.json and in the final line.
+    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(does not have many workers|Checkpoint directory).*")
-        logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore",
+                                message=".*(does not have many workers|Checkpoint directory|srun|LeafSpec).*")
+        trainer = pl.Trainer(
+            max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=1, precision=precision,
+            deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
+            gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices).
+            use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
+            default_root_dir=str(ckpt_dir))
         trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
 
     # Evaluate the epoch with the best valid PPL (the last one when early stopping is off and PPL keeps falling).
