@@ -63,6 +63,12 @@ def corpus_options(wildcards):
     return " ".join(opts)
 
 
+def beside_runs(folder, suffix=""):
+    """RUN_DIR moved from results/<corpus>/runs/ to results/<corpus>/<folder>/: logs, benchmarks and
+    checkpoints of a run keep the layout of its run folder (the mapping stays in lmgrid.runkey)."""
+    return RUN_DIR.replace("results/{corpus}/runs/", f"results/{{corpus}}/{folder}/", 1) + suffix
+
+
 def run_dirs():
     return [key.run_dir(CORPUS) for key in all_runs(config["studies"])]
 

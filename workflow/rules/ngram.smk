@@ -35,8 +35,14 @@ rule ngram:
     params:
         addk_k=config.get("ngram", {}).get("addk_k", 1.0),
         katz_max_count=config.get("ngram", {}).get("katz_max_count", 7),
+    threads: train_threads
+    resources:
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+    benchmark:
+        beside_runs("benchmarks/runs", ".tsv")
     log:
-        f"{RUN_DIR}/ngram.log",
+        beside_runs("logs/ngram", ".log"),
     conda:
         ENV
     shell:

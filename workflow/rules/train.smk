@@ -2,7 +2,7 @@
 # output, so Snakemake keeps it when a job fails or is killed; the re-run resumes from its last.ckpt.
 from lmgrid.neural.hparams import resolve_hparams
 
-CKPT_DIR = RUN_DIR.replace("results/{corpus}/runs/", "results/{corpus}/ckpt/runs/", 1)
+CKPT_DIR = beside_runs("ckpt/runs")
 TRAIN_CONFIG = config.get("train", {})
 
 
@@ -23,9 +23,15 @@ rule train:
         ckpt_dir=CKPT_DIR,
         # Every training setting of this architecture: a change reruns exactly the affected runs.
         hparams=lambda w: json.dumps(resolve_hparams(TRAIN_CONFIG, w.arch), sort_keys=True),
-    threads: TRAIN_CONFIG.get("threads", 1)
+    threads: train_threads
+    resources:
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+        gpu=train_gpu,
+    benchmark:
+        beside_runs("benchmarks/runs", ".tsv")
     log:
-        "results/{corpus}/logs/train/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.log",
+        beside_runs("logs/train", ".log"),
     conda:
         ENV
     shell:
