@@ -117,8 +117,9 @@ def main(argv: list[str]) -> int:
           f"load average {os.getloadavg()[0]:.1f}, torch {torch.__version__}, lightning {pl.__version__}")
     plain, light = [], []
     for r in range(args.rounds):
-        plain.append(run_plain(chunks, len(vocab), args))
-        light.append(run_lightning(chunks, len(vocab), args))
+        # Alternate which path goes first, so a drift in machine load does not favour one.
+        for path in ((run_plain, run_lightning) if r % 2 == 0 else (run_lightning, run_plain)):
+            (plain if path is run_plain else light).append(path(chunks, len(vocab), args))
         print(f"round {r + 1}: plain loop {plain[-1]:.0f} tokens/s, Lightning {light[-1]:.0f} tokens/s, "
               f"ratio {light[-1] / plain[-1]:.3f}", flush=True)
     mp, ml = statistics.median(plain), statistics.median(light)

@@ -141,7 +141,11 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
             # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices).
             use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
             default_root_dir=str(ckpt_dir))
-        trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
+        try:
+            trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
+        finally:  # Lightning switches deterministic algorithms on process-wide; leave the caller as it was
+            torch.use_deterministic_algorithms(was_deterministic)
 
     # Evaluate the epoch with the best valid PPL (the last one when early stopping is off and PPL keeps falling).
     best = ckpt.best_model_path or str(ckpt_dir / "last.ckpt")
