@@ -60,6 +60,12 @@ def test_neural_window_needs_two_tokens(base, schema):
         check(cfg, schema)
 
 
+def test_ffnn_has_no_stream_regime(base, schema):
+    cfg = mutate(base, ("studies", "s"), {"arch": ["ffnn", "lstm"], "n_step": [5], "regime": ["stream"]})
+    with pytest.raises(LmgridError, match=r"studies.s: arch ffnn has a fixed window and no stream regime"):
+        check(cfg, schema)
+
+
 def test_missing_corpus_file_and_bad_ratios(base, schema, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("a b\n")

@@ -82,6 +82,9 @@ def check_semantics(config: dict, source: str = "config", base_dir: str | Path =
             if bad:
                 raise LmgridError(f"{source}: studies.{name}.n_step: {bad[0]} is below 2, "
                                   "the least context a neural model can be given in the window regime")
+        if "ffnn" in study["arch"] and "stream" in study.get("regime", ["window"]):
+            raise LmgridError(f"{source}: studies.{name}: arch ffnn has a fixed window and no stream regime; "
+                              "put it in a study with regime [window]")
         if not expand_study(study):
             raise LmgridError(f"{source}: studies.{name}: the grid is empty")
 
