@@ -181,6 +181,19 @@ def test_shapes_of_logits_state_and_gates(arch, impl):
         assert g.shape == (LAYERS, B, T, HID)
 
 
+@pytest.mark.parametrize("arch,impl", ALL)
+def test_last_only_is_the_last_position(arch, impl):
+    model = make(arch, impl, n_step=6, heads=4).eval()
+    x = tokens(14, t=5 if arch == "ffnn" else T)
+    full, state, _ = model(x)
+    last, state_last, _ = model(x, last_only=True)
+    assert last.shape == (B, 1, V)
+    torch.testing.assert_close(last, full[:, -1:], rtol=1e-6, atol=1e-6)
+    if state is not None:
+        for a, b in zip(state if arch == "lstm" else (state,), state_last if arch == "lstm" else (state_last,)):
+            torch.testing.assert_close(a, b)
+
+
 def test_zero_state_equals_no_state():
     for arch, impl in [("rnn", "torch"), ("lstm", "cell"), ("gru", "torch")]:
         model = make(arch, impl)

@@ -4,6 +4,7 @@
     logits, state, gates = model(tokens, state=None, return_gates=False)
 
 * tokens LongTensor [B, T] -> logits [B, T, V]. ffnn needs T == n_step-1 and returns [B, 1, V] (the next token).
+  `last_only=True` returns only the last position's logits [B, 1, V] (what a window needs; ffnn always does).
 * state is opaque (None = zeros); pass it back for the next chunk; `model.detach_state(state)` cuts the graph for
   truncated BPTT. Stateless models (ffnn, transformer) return None.
 * gates: None unless return_gates. Then a dict gate -> [layers, B, T, H] of post-activation values:

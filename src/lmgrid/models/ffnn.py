@@ -35,8 +35,9 @@ class FFNNLM(nn.Module):
             self.direct = nn.Linear(self.context * cfg.emb_dim, cfg.vocab_size, bias=False)
             nn.init.uniform_(self.direct.weight, -INIT_RANGE, INIT_RANGE)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
-        """tokens [B, n_step-1] -> logits [B, 1, V] for the token after the window. Stateless: state is None."""
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = True):
+        """tokens [B, n_step-1] -> logits [B, 1, V] for the token after the window. Stateless: state is None.
+        `last_only` is accepted for the shared interface: a feed-forward model predicts one position anyway."""
         if tokens.dim() != 2 or tokens.shape[1] != self.context:
             raise LmgridError(
                 f"ffnn: input of shape {tuple(tokens.shape)} is not [batch, n_step-1={self.context}]")

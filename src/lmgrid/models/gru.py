@@ -98,8 +98,9 @@ class GRULM(nn.Module):
         self.load_state_dict(other.state_dict())
         return self
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
-        """tokens [B, T] -> logits [B, T, V], state h [layers, B, H], gates {z, r: [layers, B, T, H]}."""
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state h [layers, B, H],
+        gates {z, r: [layers, B, T, H]}."""
         x = self.drop(self.embedding(tokens))
         if state is None:
             state = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
@@ -112,7 +113,7 @@ class GRULM(nn.Module):
                 out, state = self.rnn(x, state)
         else:
             out, state, gates = self.rnn(x, state, return_gates)
-        return self.head(out), state, gates
+        return self.head(out[:, -1:] if last_only else out), state, gates
 
     @staticmethod
     def detach_state(state):

@@ -207,8 +207,9 @@ class LSTMLM(nn.Module):
             self.rnn.load_torch_layout(other.torch_layout())
         return self
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
-        """tokens [B, T] -> logits [B, T, V], state (h, c) each [layers, B, H], gates {i,f,o,g: [layers,B,T,H]}."""
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state (h, c) each [layers, B, H],
+        gates {i,f,o,g: [layers,B,T,H]}."""
         x = self.drop(self.embedding(tokens))
         if state is None:
             z = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
@@ -224,7 +225,7 @@ class LSTMLM(nn.Module):
                 out, state = self.rnn(x, state)
         else:
             out, state, gates = self.rnn(x, state, return_gates)
-        return self.head(out), state, gates
+        return self.head(out[:, -1:] if last_only else out), state, gates
 
     @staticmethod
     def detach_state(state):

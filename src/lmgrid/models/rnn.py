@@ -19,10 +19,11 @@ class RNNLM(nn.Module):
                           dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
-        """tokens [B, T] -> logits [B, T, V]; state h [layers, B, H] (None = zeros). An RNN has no gates."""
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only); state h [layers, B, H] (None = zeros).
+        An RNN has no gates."""
         out, state = self.rnn(self.drop(self.embedding(tokens)), state)
-        return self.head(out), state, ({} if return_gates else None)
+        return self.head(out[:, -1:] if last_only else out), state, ({} if return_gates else None)
 
     @staticmethod
     def detach_state(state):

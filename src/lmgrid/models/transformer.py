@@ -66,14 +66,15 @@ class TransformerLM(nn.Module):
                 std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("attn.proj.weight", "mlp.2.weight")) else 0.02
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False):
-        """tokens [B, T] (T <= max_len) -> logits [B, T, V]; stateless, no gates."""
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] (T <= max_len) -> logits [B, T, V] ([B, 1, V] with last_only); stateless, no gates."""
         T = tokens.shape[1]
         if T > self.cfg.max_len:
             raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}")
         x = self.drop(self.embedding(tokens) + self.position(torch.arange(T, device=tokens.device)))
         for block in self.blocks:
             x = block(x)
+        x = x[:, -1:] if last_only else x
         return self.head(self.ln_f(x)), None, ({} if return_gates else None)
 
     @staticmethod

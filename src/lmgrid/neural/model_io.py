@@ -43,7 +43,7 @@ class NeuralLM:
             x, y = window_examples(ids, self.n_step, self.bos, self.eos)
             lp = []
             for i in range(0, len(y), WINDOW_BATCH):
-                logits, _, _ = self.model(x[i:i + WINDOW_BATCH])
+                logits, _, _ = self.model(x[i:i + WINDOW_BATCH], last_only=True)
                 lp.append(torch.log_softmax(logits[:, -1].float(), -1).gather(1, y[i:i + WINDOW_BATCH, None])[:, 0])
             flat = torch.cat(lp).tolist()
             out, pos = [], 0
@@ -64,7 +64,7 @@ class NeuralLM:
         if self.regime == "window":
             k = self.n_step - 1
             window = ([self.bos] * k + ids)[-k:]
-            logits, _, _ = self.model(torch.tensor([window]))
+            logits, _, _ = self.model(torch.tensor([window]), last_only=True)
             return torch.log_softmax(logits[0, -1].float(), -1).tolist()
         x = torch.tensor([[self.eos, *ids]])
         if self.model_is_stateless:

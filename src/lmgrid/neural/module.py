@@ -23,7 +23,9 @@ def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
     window: x [B, n_step-1], y [B]; the target is predicted at the last position of its window (state None:
     every window starts from zero). stream: x, y [B, T]; every non-IGNORE position is a target.
     """
-    logits, state, _ = model(x, state)
+    # In a window only the last position is a target: the output layer (the costliest part of a small model
+    # with a large vocabulary) runs on that position alone.
+    logits, state, _ = model(x, state, last_only=regime == "window")
     if regime == "window":
         logits = logits[:, -1]
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
