@@ -9,8 +9,10 @@ process by re-running the command line (here, that is what a Snakemake job does)
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+import yaml
 
 from lmgrid.neural.data import IGNORE, shard
 from lmgrid.runkey import normalise
@@ -119,3 +122,25 @@ def test_ddp_run_resumes_a_checkpoint(tmp_path, monkeypatch):
     resumed = train_ddp(corpus, tmp_path / "b", "window", **HP)
     assert "resuming from" in resumed[2] and len(log_rows(resumed[1])) == 3
     print(f"resumed: largest relative difference: {assert_same_training(straight, resumed):.2e}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
+def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
+    """train.devices: 2 on GPUs: each training job asks for gpu=2 and at least 2 threads; n-gram jobs for none."""
+    shutil.copy(repo / "Snakefile", tmp_path)
+    shutil.copytree(repo / "workflow", tmp_path / "workflow")
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    config["studies"] = {"s": {"arch": ["kn", "ffnn", "lstm"], "n_step": [3]}}
+    config["train"].update(devices=2, accelerator="gpu", threads=1)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "4"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:] + out.stdout[-2000:]
+    jobs = {}
+    for block in out.stdout.split("\nrule ")[1:]:
+        fields = dict(line.strip().split(": ", 1) for line in block.splitlines()[1:] if ": " in line)
+        jobs[block.split(":", 1)[0]] = fields
+    for rule in ("train", "train_gated"):
+        assert "gpu=2" in jobs[rule]["resources"] and jobs[rule]["threads"] == "2", jobs[rule]
+    assert "gpu=2" not in jobs["ngram"]["resources"] and jobs["ngram"]["threads"] == "1", jobs["ngram"]
