@@ -143,4 +143,4 @@ def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
         jobs[block.split(":", 1)[0]] = fields
     for rule in ("train", "train_gated"):
         assert "gpu=2" in jobs[rule]["resources"] and jobs[rule]["threads"] == "2", jobs[rule]
-    assert "gpu=2" not in jobs["ngram"]["resources"] and jobs["ngram"]["threads"] == "1", jobs["ngram"]
+    assert "gpu=2" not in jobs["ngram"]["resources"] and jobs["ngram"].get("threads", "1") == "1", jobs["ngram"]
