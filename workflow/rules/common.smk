@@ -7,6 +7,7 @@ import sys
 
 from lmgrid.config import check as _check_config
 from lmgrid.errors import LmgridError
+from lmgrid.neural.hparams import resolve_hparams
 from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
 
 try:
@@ -79,8 +80,14 @@ def run_dirs():
 #     benchmark: "results/{corpus}/benchmarks/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.tsv"
 # On a laptop `snakemake --cores 2 --resources gpu=1` runs one GPU job at a time; on SLURM the plugin
 # turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
+def _devices(wildcards):
+    """DDP processes of a neural run (train.devices, or its per_arch override); 0 for n-gram runs."""
+    return 0 if wildcards.arch in NGRAM_ARCHS else resolve_hparams(config.get("train", {}), wildcards.arch)["devices"]
+
+
 def train_threads(wildcards):
-    return 1 if wildcards.arch in NGRAM_ARCHS else config.get("train", {}).get("threads", 1)
+    # With train.devices > 1 the job runs that many DDP processes, each with threads // devices torch threads.
+    return max(config.get("train", {}).get("threads", 1), _devices(wildcards)) if _devices(wildcards) else 1
 
 
 def train_mem_mb(wildcards, attempt):
@@ -91,7 +98,9 @@ def train_runtime(wildcards, attempt):
     return (15 if wildcards.arch in NGRAM_ARCHS else 120) * attempt
 
 
+# GPUs: train.devices of them when the config asks for GPUs (DDP within one node, one task: docs/cluster.md).
 def train_gpu(wildcards):
-    train = config.get("train", {})
-    asks = train.get("accelerator") in ("gpu", "cuda")
-    return int(train.get("devices", 1)) if asks and wildcards.arch not in NGRAM_ARCHS else 0
+    if not _devices(wildcards):
+        return 0
+    asks = resolve_hparams(config.get("train", {}), wildcards.arch)["accelerator"] in ("gpu", "cuda")
+    return _devices(wildcards) if asks else 0

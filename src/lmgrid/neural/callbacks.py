@@ -58,7 +58,8 @@ class EpochLog(pl.Callback):
             "valid_loss": valid_loss, "valid_ppl": _ppl(valid_loss), "lr": self._lr,
             "wall_s": round(self._wall_offset + time.time() - self._t_fit, 3),
             "train_tokens": pl_module.train_count, "train_s": self._train_s, "stopped": bool(trainer.should_stop)})
-        self.write(self.live_path)
+        if trainer.is_global_zero:  # under DDP every process keeps the rows (the same); one writes them
+            self.write(self.live_path)
 
     @property
     def tokens_per_s(self) -> float:
@@ -87,7 +88,7 @@ class Progress(pl.Callback):
         self._t = time.time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.every > 0 and (batch_idx + 1) % self.every == 0:
+        if self.every > 0 and trainer.is_global_zero and (batch_idx + 1) % self.every == 0:
             elapsed = max(time.time() - self._t, 1e-9)
             loss = pl_module.train_loss
             print(f"epoch {trainer.current_epoch + 1} step {batch_idx + 1}/{trainer.num_training_batches}: "
@@ -95,7 +96,7 @@ class Progress(pl.Callback):
                   flush=True)
 
     def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking:
+        if trainer.sanity_checking or not trainer.is_global_zero:
             return
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
               f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}, "

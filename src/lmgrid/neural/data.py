@@ -8,6 +8,12 @@
   predictions are exactly the convention's targets (words + one </s> per sentence; <s> never appears).
   The stream is cut into B parallel contiguous rows (the usual "batchify"); instead of dropping the tail that
   does not fill the last row, it is padded and the padded targets are IGNORE, so every token is counted once.
+
+Several processes (DDP, `train.devices`): the batch sizes stay global.  Every process reads the same sequence of
+global batches (same seeded order) and keeps its share: a contiguous slice of the window batch, or a slice of the
+stream rows (each process always holds the same rows, so the carried state stays its own).  Nothing is padded or
+repeated; a process whose share is empty gets one row whose targets are IGNORE, so that it still takes part in
+the step.  Together the processes see exactly the batch one process would see.
 """
 from __future__ import annotations
 
@@ -67,17 +73,28 @@ def batchify(stream: torch.Tensor, rows: int, pad: int) -> tuple[torch.Tensor, t
     return x.view(rows, S), y.view(rows, S)
 
 
-class WindowData(Dataset):
-    """Indexed by a tensor of example ids (a whole batch at once: no per-example collate)."""
+def shard(x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This process's share of a global batch (rows along dim 0); an empty share becomes one ignored row."""
+    if world == 1:
+        return x, y
+    whole_x, whole_y = x, y
+    x, y = x.tensor_split(world)[rank], y.tensor_split(world)[rank]
+    if len(y) == 0:  # fewer rows than processes: a copy of the first row, scoring and counting nothing
+        return whole_x[:1], torch.full_like(whole_y[:1], IGNORE)
+    return x, y
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor):
-        self.x, self.y = x, y
+
+class WindowData(Dataset):
+    """Indexed by a tensor of example ids (a whole global batch at once: no per-example collate)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, rank: int = 0, world: int = 1):
+        self.x, self.y, self.rank, self.world = x, y, rank, world
 
     def __len__(self):
         return len(self.y)
 
     def __getitem__(self, idx):
-        return self.x[idx], self.y[idx]
+        return shard(self.x[idx], self.y[idx], self.rank, self.world)
 
 
 class BatchIndices(Sampler):
@@ -104,8 +121,9 @@ class BatchIndices(Sampler):
 class StreamChunks(Dataset):
     """Chunk i = columns [i*bptt, (i+1)*bptt) of the batchified stream; read in order, state carried across."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, bptt: int):
-        self.x, self.y, self.bptt = x, y, bptt
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, bptt: int, rank: int = 0, world: int = 1):
+        self.x, self.y = shard(x, y, rank, world)  # this process's rows, the same in every chunk
+        self.bptt = bptt
 
     def __len__(self):
         return math.ceil(self.x.shape[1] / self.bptt)
@@ -167,19 +185,23 @@ class LMData(pl.LightningDataModule):
     def oov_tokens(self, split: str) -> int:
         return sum(1 for s in self.sentences[split] for t in s if t not in self.vocab.index)
 
-    def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
+    def dataloader(self, split: str, shuffle: bool = False, rank: int = 0, world: int = 1) -> DataLoader:
+        """The whole split by default; this process's share of every batch when given its rank of `world`."""
         x, y = self.tensors[split]
         if self.regime == "stream":
-            return loader(StreamChunks(x, y, self.bptt))
+            return loader(StreamChunks(x, y, self.bptt, rank, world))
         size = self.batch_size if split == "train" else self.eval_batch_size
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        return loader(WindowData(x, y), BatchIndices(len(y), size, shuffle, self.seed, epoch))
+        return loader(WindowData(x, y, rank, world), BatchIndices(len(y), size, shuffle, self.seed, epoch))
+
+    def _share(self) -> dict:
+        return {"rank": self.trainer.global_rank, "world": self.trainer.world_size} if self.trainer else {}
 
     def train_dataloader(self):
-        return self.dataloader("train", shuffle=True)
+        return self.dataloader("train", shuffle=True, **self._share())
 
     def val_dataloader(self):
-        return self.dataloader("valid")
+        return self.dataloader("valid", **self._share())
 
     def test_dataloader(self):
-        return self.dataloader("test")
+        return self.dataloader("test", **self._share())

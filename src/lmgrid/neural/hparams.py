@@ -15,11 +15,12 @@ DEFAULTS = {
     "lr_decay": 0.5, "lr_patience": 0, "early_stop_patience": 3,
     "emb_dim": 64, "hidden_dim": 64, "dropout": 0.0, "tie_weights": False, "activation": "tanh", "direct": False,
     "heads": 4, "compile": False,
-    "precision": "32-true", "accelerator": "auto", "deterministic": True, "log_every": 200,
+    "precision": "32-true", "accelerator": "auto", "devices": 1, "deterministic": True, "log_every": 200,
 }
 MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "compile")
 # Settings that change how a run is displayed or placed, not what it computes: not part of the fingerprint.
-NOT_FINGERPRINTED = ("log_every", "accelerator")
+# `devices` too: the batch sizes are global (split across the DDP processes), so the run computes the same.
+NOT_FINGERPRINTED = ("log_every", "accelerator", "devices")
 # Keys of `train:` that configure the job, not the model: handled by the workflow (Snakemake threads).
 JOB_KEYS = ("threads",)
 
@@ -36,7 +37,8 @@ def resolve_hparams(train_cfg: dict | None, arch: str) -> dict:
             if key not in DEFAULTS:
                 raise LmgridError(f"{source}.{key}: unknown training setting (known: {', '.join(sorted(DEFAULTS))})")
             hp[key] = value
-    for key in ("epochs", "batch_size", "stream_batch_size", "eval_batch_size", "stream_eval_batch_size", "bptt"):
+    for key in ("epochs", "batch_size", "stream_batch_size", "eval_batch_size", "stream_eval_batch_size", "bptt",
+                "devices"):
         if not isinstance(hp[key], int) or isinstance(hp[key], bool) or hp[key] < 1:
             raise LmgridError(f"train.{key}: {hp[key]!r} is not allowed (must be an integer >= 1)")
     if not (isinstance(hp["lr"], (int, float)) and hp["lr"] > 0):

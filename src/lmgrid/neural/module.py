@@ -2,6 +2,12 @@
 
 Losses are sums of NLL in nats over counted targets, divided by the count, so the valid "loss" is exactly
 log(PPL) of the shared convention and never averages over padding.
+
+Under DDP (`train.devices` > 1) each process holds a share of every global batch (lmgrid.neural.data).  DDP
+averages the processes' gradients, so each process's loss is its NLL sum times the number of processes over the
+global batch's count of targets: the averaged gradient is then exactly that of the global batch's mean NLL, as
+in one process.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
+sees the same valid loss (early stopping, LR decay and checkpoints decide alike) and each token counts once.
 """
 from __future__ import annotations
 
@@ -67,10 +73,17 @@ class LMModule(pl.LightningModule):
         return self.model(x, state)
 
     # -- training -----------------------------------------------------------------------------------------
+    def _sum_over_processes(self, *values: float) -> list[float]:
+        if self.trainer.world_size == 1:
+            return list(values)
+        total = torch.tensor(values, dtype=torch.float64, device=self.device)
+        return self.trainer.strategy.reduce(total, reduce_op="sum").tolist()
+
     def on_train_epoch_start(self):
         # Dropout noise depends on (seed, epoch) only, so a run resumed at an epoch boundary draws exactly what an
-        # uninterrupted run draws (the data order is seeded the same way, in data.BatchIndices).
-        torch.manual_seed(self.hparams.seed * 1_000_003 + self.current_epoch)
+        # uninterrupted run draws (the data order is seeded the same way, in data.BatchIndices).  Under DDP each
+        # process draws its own noise; process 0 draws what a single process draws.
+        torch.manual_seed(self.hparams.seed * 1_000_003 + self.current_epoch + 1_000_000_007 * self.global_rank)
         self._train_state = None
         self.reset_train_totals()
 
@@ -79,7 +92,12 @@ class LMModule(pl.LightningModule):
         nll, n, state = batch_nll(self.model, x, y, self.regime, self._train_state)
         if self.regime == "stream":
             self._train_state = self.model.detach_state(state)  # truncated BPTT: carry the state, not the graph
-        loss = nll / n
+        if self.trainer.world_size == 1:
+            loss = nll / n
+        else:
+            n_global = n.clone()
+            torch.distributed.all_reduce(n_global)  # the global batch's targets
+            loss = nll * self.trainer.world_size / n_global
         if not torch.isfinite(loss):
             raise LmgridError(
                 f"training loss became {float(loss.detach())} at epoch {self.current_epoch + 1}, "
@@ -105,6 +123,11 @@ class LMModule(pl.LightningModule):
         self._val_count += int(n)
 
     def on_validation_epoch_end(self):
+        if self.trainer.world_size > 1:
+            # Every process's train totals and its share of valid, summed: the same numbers on every process.
+            self.train_nll, self.train_count, self._val_nll, self._val_count = self._sum_over_processes(
+                self.train_nll, self.train_count, self._val_nll, self._val_count)
+            self.train_count, self._val_count = int(self.train_count), int(self._val_count)
         loss = self._val_nll / max(self._val_count, 1)
         if not math.isfinite(loss):
             raise LmgridError(f"validation loss became {loss} after epoch {self.current_epoch + 1}: "

@@ -5,6 +5,12 @@ folder, so a job that is killed, or fails, keeps it (Snakemake deletes a failed 
 resumes from last.ckpt.  A fingerprint of everything the run depends on guards the folder: a checkpoint of a
 different config or corpus is discarded, never resumed.  The run folder gets its files only at the end:
 model.ckpt, log.csv, gates.csv (lstm, gru) and, last, metrics.json.
+
+Several devices (`train.devices` > 1): Lightning DDP, nccl on GPUs, gloo on the CPU.  Lightning starts the other
+processes by re-running this very command (`lmgrid train ...`) with LOCAL_RANK set; all of them train (each on
+its share of every global batch, see data.py), and only process 0 touches the checkpoint folder, evaluates
+valid and test on whole splits after training and writes the run folder.  The cluster environment is Lightning's
+own even inside a SLURM job: the job is one task holding N GPUs (see docs/cluster.md), not N srun tasks.
 """
 from __future__ import annotations
 
@@ -20,7 +26,10 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.plugins.environments import LightningEnvironment
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lmgrid.errors import LmgridError, atomic_write, write_json
 from lmgrid.models import IMPLS
@@ -76,10 +85,17 @@ def _prepare_ckpt_dir(ckpt_dir: Path, fingerprint: str) -> Path | None:
     return None
 
 
-def _device_name(device: torch.device) -> str:
+def _resume_path(ckpt_dir: Path, fingerprint: str) -> Path | None:
+    """What _prepare_ckpt_dir returns, without changing anything: for the DDP processes other than 0."""
+    stamp, last = ckpt_dir / "fingerprint.txt", ckpt_dir / "last.ckpt"
+    return last if stamp.is_file() and stamp.read_text().strip() == fingerprint and last.is_file() else None
+
+
+def _device_name(device: torch.device, devices: int = 1) -> str:
+    times = f" x {devices}" if devices > 1 else ""
     if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    return f"cpu ({torch.get_num_threads()} threads)"
+        return f"cuda:{torch.cuda.get_device_name(device)}{times}"
+    return f"cpu ({torch.get_num_threads()} threads){times}"
 
 
 def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
@@ -89,8 +105,9 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     check_run(arch, impl, n_step, layers, regime)
     hp = resolve_hparams(hp, arch)
     key = normalise(arch, impl, n_step, layers, regime, seed)
+    devices, main = hp["devices"], rank_zero_only.rank == 0  # the rank Lightning's launcher gave this process
     if threads > 0:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(max(1, threads // devices))  # the job's CPUs, shared by its processes
     vocab = Vocab.load(vocab_path)
     data = LMData(paths, vocab, regime, n_step=max(n_step, 2), batch_size=hp["batch_size"],
                   stream_batch_size=hp["stream_batch_size"], eval_batch_size=hp["eval_batch_size"],
@@ -104,13 +121,17 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                     **{k: hp[k] for k in MODEL_KEYS}}
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
-    resume = _prepare_ckpt_dir(ckpt_dir, _fingerprint(run_info, hp, {**paths, "vocab": vocab_path}))
+    fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path})
+    resume = _prepare_ckpt_dir(ckpt_dir, fingerprint) if main else _resume_path(ckpt_dir, fingerprint)
 
     cuda = hp["accelerator"] in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     precision = hp["precision"]
     if precision == "bf16-mixed" and not cuda:
         print("train.precision: bf16-mixed needs a GPU; training in 32-true on the CPU", flush=True)
         precision = "32-true"
+    if cuda and devices > torch.cuda.device_count():
+        raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
+                          "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
     pl.seed_everything(seed, workers=True, verbose=False)
     module = LMModule(model_config, regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
                       weight_decay=hp["weight_decay"], lr_decay=hp["lr_decay"], lr_patience=hp["lr_patience"],
@@ -118,8 +139,9 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     params = sum(p.numel() for p in module.model.parameters())
     n_train = data.counted_tokens("train")
     start = f"resuming from {resume}" if resume else "from scratch"
-    print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
-          f"on {'cuda' if cuda else 'cpu'}, {start}", flush=True)
+    if main:
+        print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
+              f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {start}", flush=True)
 
     early = EarlyStopping(monitor="valid_loss", mode="min", patience=hp["early_stop_patience"],
                           check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
@@ -131,14 +153,19 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     # metrics.json and in the final line.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore",
-                                message=".*(does not have many workers|Checkpoint directory|srun|LeafSpec).*")
+        # sync_dist: the logged valid_loss is summed over the processes by the module itself.
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|Checkpoint directory|srun|LeafSpec"
+                                                  "|sync_dist).*")
+        strategy = "auto" if devices == 1 else DDPStrategy(
+            process_group_backend="nccl" if cuda else "gloo", cluster_environment=LightningEnvironment())
         trainer = pl.Trainer(
-            max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=1, precision=precision,
+            max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=devices, strategy=strategy,
+            precision=precision,
             deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
             gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-            # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices).
+            # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices), split across DDP processes by
+            # data.shard, not by a DistributedSampler (which pads by repeating examples).
             use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
             default_root_dir=str(ckpt_dir))
         was_deterministic = torch.are_deterministic_algorithms_enabled()
@@ -146,6 +173,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
             trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
         finally:  # Lightning switches deterministic algorithms on process-wide; leave the caller as it was
             torch.use_deterministic_algorithms(was_deterministic)
+    if trainer.global_rank != 0:
+        return {}  # process 0 evaluates and writes the run folder
 
     # Evaluate the epoch with the best valid PPL (the last one when early stopping is off and PPL keeps falling).
     best = ckpt.best_model_path or str(ckpt_dir / "last.ckpt")
@@ -171,7 +200,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
         "stopped_because": "early_stopping" if rows and rows[-1]["stopped"] else "max_epochs",
         "wall_s": 0.0,
-        "device": _device_name(device),
+        "device": _device_name(device, devices),
         "precision": precision,
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,

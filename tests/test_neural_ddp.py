@@ -1,0 +1,146 @@
+"""Multi-process training (train.devices > 1): Lightning DDP on the CPU with 2 processes on gloo.
+
+The global batch is the same as in one process (each process takes its share, data.shard) and the loss is scaled
+so that DDP's averaged gradient is the global batch's gradient (module.LMModule), so the two runs differ only by
+the order of floating-point sums (partial sums per process, then all-reduce): the losses agree to ~1e-7 relative,
+and the test allows 1e-5.  The DDP run goes through `python -m lmgrid train`, because Lightning starts the second
+process by re-running the command line (here, that is what a Snakemake job does).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import yaml
+
+from lmgrid.neural.data import IGNORE, shard
+from lmgrid.runkey import normalise
+
+from test_neural_support import TINY, tiny_corpus
+from test_neural_train import Killed, train
+from lmgrid.neural import train as train_mod
+
+REL_TOL = 1e-5
+HP = dict(epochs=3, lr_decay=0.5, lr_patience=0)
+
+
+def test_shards_cover_each_batch_once():
+    x, y = torch.arange(14).view(7, 2), torch.arange(7)
+    parts = [shard(x, y, rank, 3) for rank in range(3)]
+    assert torch.equal(torch.cat([p[1] for p in parts]), y)
+    assert torch.equal(torch.cat([p[0] for p in parts]), x)
+    assert shard(x, y, 0, 1)[1] is y
+    # Fewer rows than processes: the process with no share gets one row that scores and counts nothing.
+    px, py = shard(x[:1], y[:1], 1, 2)
+    assert torch.equal(px, x[:1]) and py.tolist() == [IGNORE]
+
+
+def ddp_available() -> str | None:
+    if not dist.is_available() or not dist.is_gloo_available():
+        return "torch.distributed with the gloo backend is not available on this platform"
+    return None
+
+
+def train_ddp(corpus, root: Path, regime: str, devices: int = 2, **hp) -> tuple[dict, Path, str]:
+    key = normalise("lstm", "torch", 3, 1, regime, 1)
+    run_dir = root / key.run_dir("c")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    p = corpus["paths"]
+    cmd = [sys.executable, "-m", "lmgrid", "train", "--arch", "lstm", "--n-step", "3", "--regime", regime,
+           "--train", p["train"], "--valid", p["valid"], "--test", p["test"], "--vocab", corpus["vocab_path"],
+           "--run-dir", str(run_dir), "--ckpt-dir", str(root / "ckpt" / key.run_dir("c")), "--threads", "1",
+           "--hparams", json.dumps({**TINY, **hp, "devices": devices})]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Written once: process 1 neither prints the result nor writes files.
+    assert done.stdout.count("valid PPL") == 1, done.stdout
+    assert "x 2 (DDP)" in done.stdout
+    return json.loads((run_dir / "metrics.json").read_text()), run_dir, done.stdout
+
+
+def log_rows(run_dir: Path) -> list[dict]:
+    return list(csv.DictReader((run_dir / "log.csv").open()))
+
+
+def assert_same_training(one: tuple, two: tuple) -> float:
+    """The largest relative difference of the per-epoch train/valid losses and final NLLs; all must be < REL_TOL."""
+    (m1, d1), (m2, d2) = one[:2], two[:2]
+    rows1, rows2 = log_rows(d1), log_rows(d2)
+    assert [(r["epoch"], r["step"], r["lr"]) for r in rows1] == [(r["epoch"], r["step"], r["lr"]) for r in rows2]
+    pairs = [(float(a[k]), float(b[k])) for a, b in zip(rows1, rows2) for k in ("train_loss", "valid_loss")]
+    for split in ("valid", "test"):
+        assert m1[split]["tokens"] == m2[split]["tokens"]  # every counted token, once
+        pairs.append((m1[split]["nll_nats"], m2[split]["nll_nats"]))
+    worst = max(abs(a - b) / abs(a) for a, b in pairs)
+    assert worst < REL_TOL, (rows1, rows2)
+    assert m2["hparams"]["devices"] == 2 and m2["device"].endswith("x 2")
+    return worst
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", ["window", "stream"])
+def test_two_gloo_processes_train_like_one(tmp_path, regime):
+    if (reason := ddp_available()) is not None:
+        pytest.skip(reason)
+    corpus = tiny_corpus(tmp_path)
+    one = train(corpus, tmp_path / "one", regime=regime, **HP)
+    two = train_ddp(corpus, tmp_path / "two", regime, **HP)
+    worst = assert_same_training(one, two)
+    print(f"{regime}: largest relative difference 1 vs 2 processes: {worst:.2e}")
+    assert sorted(p.name for p in two[1].iterdir()) == ["gates.csv", "log.csv", "metrics.json", "model.ckpt"]
+    assert not (tmp_path / "two" / "ckpt").exists()  # process 0 cleaned up; process 1 left nothing behind
+
+
+@pytest.mark.slow
+def test_ddp_run_resumes_a_checkpoint(tmp_path, monkeypatch):
+    """A run killed after epoch 2 (one process) resumes on 2 processes and ends as the uninterrupted run."""
+    if (reason := ddp_available()) is not None:
+        pytest.skip(reason)
+    corpus = tiny_corpus(tmp_path)
+    straight = train(corpus, tmp_path / "a", **HP)
+    original = train_mod.Progress.on_train_epoch_start
+
+    def kill_at_epoch_3(self, trainer, pl_module):
+        if trainer.current_epoch == 2:
+            raise Killed("job killed")
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill_at_epoch_3)
+    with pytest.raises(Killed):
+        train(corpus, tmp_path / "b", **HP)
+    assert (tmp_path / "b" / "ckpt" / normalise("lstm", "torch", 3, 1, "window", 1).run_dir("c") / "last.ckpt").is_file()
+    resumed = train_ddp(corpus, tmp_path / "b", "window", **HP)
+    assert "resuming from" in resumed[2] and len(log_rows(resumed[1])) == 3
+    print(f"resumed: largest relative difference: {assert_same_training(straight, resumed):.2e}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
+def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
+    """train.devices: 2 on GPUs: each training job asks for gpu=2 and at least 2 threads; n-gram jobs for none."""
+    shutil.copy(repo / "Snakefile", tmp_path)
+    shutil.copytree(repo / "workflow", tmp_path / "workflow")
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    config["studies"] = {"s": {"arch": ["kn", "ffnn", "lstm"], "n_step": [3]}}
+    config["train"].update(devices=2, accelerator="gpu", threads=1)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "4"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:] + out.stdout[-2000:]
+    jobs = {}
+    for block in out.stdout.split("\nrule ")[1:]:
+        fields = dict(line.strip().split(": ", 1) for line in block.splitlines()[1:] if ": " in line)
+        jobs[block.split(":", 1)[0]] = fields
+    for rule in ("train", "train_gated"):
+        assert "gpu=2" in jobs[rule]["resources"] and jobs[rule]["threads"] == "2", jobs[rule]
+    assert "gpu=2" not in jobs["ngram"]["resources"] and jobs["ngram"].get("threads", "1") == "1", jobs["ngram"]
