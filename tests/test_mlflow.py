@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import signal
@@ -148,6 +149,7 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
         client = MlflowClient(tracking_uri=uri)
         study = runs[runs[f"tags.{TAG_KEY}"] == "study:more"].iloc[0]
         assert "tables/table.json" in {a.path for a in client.list_artifacts(study["run_id"], "tables")}
+        _check_live_training_logs(uri, tmp_path)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
@@ -157,3 +159,28 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
             os.killpg(pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def _check_live_training_logs(uri: str, tmp_path: Path) -> None:
+    """mlflow.live: a training job logs each epoch through Lightning's MLFlowLogger to the http server."""
+    from test_neural_support import tiny_corpus
+
+    from lmgrid.aggregate.layout import LIVE_ENV, live_logger_kwargs
+
+    c = tiny_corpus(tmp_path / "live")
+    run_dir = tmp_path / "live" / "run"
+    env = {**os.environ, LIVE_ENV: json.dumps(live_logger_kwargs({"tracking_uri": uri, "live": True}, "c"))}
+    cmd = [sys.executable, "-m", "lmgrid", "train", "--arch", "lstm", "--n-step", "3", "--train", c["paths"]["train"],
+           "--valid", c["paths"]["valid"], "--test", c["paths"]["test"], "--vocab", c["vocab_path"],
+           "--run-dir", str(run_dir), "--ckpt-dir", str(tmp_path / "live" / "ckpt"), "--fast"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("c-live")
+    live = client.search_runs([exp.experiment_id])
+    assert len(live) == 1 and live[0].data.tags["lmgrid.run_key"] == str(run_dir)
+    history = client.get_metric_history(live[0].info.run_id, "valid_ppl")
+    logged = [round(m.value, 4) for m in sorted(history, key=lambda m: m.step)]
+    with open(run_dir / "log.csv") as fh:
+        expected = [round(float(row["valid_ppl"]), 4) for row in csv.DictReader(fh)]
+    assert logged == expected and len(expected) >= 1

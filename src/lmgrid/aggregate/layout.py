@@ -108,8 +108,9 @@ def check_mlflow(mlflow: dict, source: str = "config") -> None:
                           f"the sqlite file {uri!r} (parallel writers get 'database is locked')")
 
 
-def live_logger_kwargs(mlflow: dict, corpus: str, key: RunKey) -> dict | None:
-    """Arguments for Lightning's MLFlowLogger in a training job when `mlflow.live` is on, else None.
+def live_logger_kwargs(mlflow: dict, corpus: str, key: RunKey | None = None) -> dict | None:
+    """Arguments for Lightning's MLFlowLogger in a training job when `mlflow.live` is on, else None
+    (without `key`: the part shared by every job, which the workflow hands to the jobs).
 
     Live runs go to their own experiment (`<corpus>-live`): the aggregation's experiment keeps exactly one
     run per grid cell.  The tracking URI is always explicit (MLFlowLogger would default to ./mlruns).
@@ -117,6 +118,28 @@ def live_logger_kwargs(mlflow: dict, corpus: str, key: RunKey) -> dict | None:
     if not mlflow.get("live"):
         return None
     check_mlflow(mlflow)
-    return {"tracking_uri": mlflow["tracking_uri"],
-            "experiment_name": f"{mlflow.get('experiment_prefix', '')}{corpus}-live",
-            "run_name": key.name, "tags": {"lmgrid.run_key": key.run_dir(corpus), "lmgrid.kind": "live"}}
+    kwargs = {"tracking_uri": mlflow["tracking_uri"],
+              "experiment_name": f"{mlflow.get('experiment_prefix', '')}{corpus}-live"}
+    if key is not None:
+        kwargs.update(live_run_tags(key.name, key.run_dir(corpus)))
+    return kwargs
+
+
+LIVE_ENV = "LMGRID_MLFLOW_LIVE"
+
+
+def export_live_settings(mlflow: dict, corpus: str) -> None:
+    """Hand the live logger's shared settings to the training jobs through their environment (Snakemake and
+    sbatch pass it on); read back by `lmgrid train`."""
+    import json
+    import os
+
+    kwargs = live_logger_kwargs(mlflow, corpus)
+    if kwargs:
+        os.environ[LIVE_ENV] = json.dumps(kwargs)
+    else:
+        os.environ.pop(LIVE_ENV, None)
+
+
+def live_run_tags(name: str, run_dir: str) -> dict:
+    return {"run_name": name, "tags": {"lmgrid.run_key": run_dir, "lmgrid.kind": "live"}}

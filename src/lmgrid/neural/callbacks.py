@@ -60,6 +60,10 @@ class EpochLog(pl.Callback):
             "train_tokens": pl_module.train_count, "train_s": self._train_s, "stopped": bool(trainer.should_stop)})
         if trainer.is_global_zero:  # under DDP every process keeps the rows (the same); one writes them
             self.write(self.live_path)
+            if trainer.logger is not None:  # the optional live MLflow mirror of the same row
+                row = self.rows[-1]
+                trainer.logger.log_metrics({k: row[k] for k in ("train_loss", "train_ppl", "valid_loss", "valid_ppl",
+                                                                "lr")}, step=row["step"])
 
     @property
     def tokens_per_s(self) -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from lmgrid.errors import LmgridError
 
@@ -32,7 +33,26 @@ def cmd_train(a) -> None:
         hp.update(epochs=1, max_train_tokens=2000, emb_dim=16, hidden_dim=16, log_every=0)
     run(arch=a.arch, impl=a.impl, n_step=a.n_step, layers=a.layers, regime=a.regime, seed=a.seed,
         paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab, run_dir=a.run_dir,
-        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads)
+        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads, live_mlflow=_live(a))
+
+
+def _live(a) -> dict | None:
+    """MLFlowLogger arguments when the workflow turned live logging on (config mlflow.live), else None."""
+    from lmgrid.aggregate.layout import LIVE_ENV, live_run_tags
+
+    text = os.environ.get(LIVE_ENV)
+    if not text:
+        return None
+    from lmgrid.runkey import normalise
+
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"LMGRID_MLFLOW_LIVE: not valid JSON ({e})") from None
+    if not isinstance(kwargs, dict) or "tracking_uri" not in kwargs:
+        raise LmgridError("LMGRID_MLFLOW_LIVE: expected a JSON object with a tracking_uri")
+    key = normalise(a.arch, a.impl, a.n_step, a.layers, a.regime, a.seed)
+    return {**kwargs, **live_run_tags(key.name, a.run_dir)}
 
 
 def register(sub) -> None:

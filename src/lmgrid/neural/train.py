@@ -28,6 +28,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.environments import LightningEnvironment
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
@@ -99,7 +100,8 @@ def _device_name(device: torch.device, devices: int = 1) -> str:
 
 
 def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
-        vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0) -> dict:
+        vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0,
+        live_mlflow: dict | None = None) -> dict:
     """Train one grid cell and write its run folder; returns metrics.json's content."""
     t0 = time.time()
     check_run(arch, impl, n_step, layers, regime)
@@ -162,7 +164,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
             max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=devices, strategy=strategy,
             precision=precision,
             deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
-            gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks, logger=False,
+            gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks,
+            # log.csv stays the source of truth; live MLflow logging is an optional mirror (mlflow.live), always
+            # with an explicit tracking URI (MLFlowLogger would otherwise use the retired ./mlruns store).
+            logger=MLFlowLogger(**live_mlflow) if live_mlflow and main else False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
             # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices), split across DDP processes by
             # data.shard, not by a DistributedSampler (which pads by repeating examples).
