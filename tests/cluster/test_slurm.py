@@ -32,9 +32,9 @@ TARGETS: list[str] = []
 RUN_TIMEOUT_S = 900
 # Keys and CSV columns ending in "_s" are wall times and speeds (lmgrid names units): they differ by run.
 VOLATILE_SUFFIX = "_s"
-# Not compared between the runs: logs (timings), and the MLflow store with what points into it
+# Not compared between the runs: logs and benchmark files (timings), and the MLflow store with what points into it
 # (MLflow run ids are random).
-NOT_COMPARED = ("logs/", "*.log", "mlflow.db", "mlartifacts/", "*/mlflow_sync.json")
+NOT_COMPARED = ("logs/", "benchmarks/", "*.log", "mlflow.db", "mlartifacts/", "*/mlflow_sync.json")
 FLOAT_REL_TOL = 1e-6  # thread counts may reorder float sums; any real difference is far larger
 
 
