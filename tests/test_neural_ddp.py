@@ -25,9 +25,8 @@ import yaml
 from lmgrid.neural.data import IGNORE, shard
 from lmgrid.runkey import normalise
 
-from test_neural_support import TINY, tiny_corpus
-from test_neural_train import Killed, train
-from lmgrid.neural import train as train_mod
+from test_neural_support import TINY, killed_at_epoch, tiny_corpus
+from test_neural_train import train
 
 REL_TOL = 1e-5
 HP = dict(epochs=3, lr_decay=0.5, lr_patience=0)
@@ -102,21 +101,13 @@ def test_two_gloo_processes_train_like_one(tmp_path, regime):
 
 
 @pytest.mark.slow
-def test_ddp_run_resumes_a_checkpoint(tmp_path, monkeypatch):
+def test_ddp_run_resumes_a_checkpoint(tmp_path):
     """A run killed after epoch 2 (one process) resumes on 2 processes and ends as the uninterrupted run."""
     if (reason := ddp_available()) is not None:
         pytest.skip(reason)
     corpus = tiny_corpus(tmp_path)
     straight = train(corpus, tmp_path / "a", **HP)
-    original = train_mod.Progress.on_train_epoch_start
-
-    def kill_at_epoch_3(self, trainer, pl_module):
-        if trainer.current_epoch == 2:
-            raise Killed("job killed")
-        original(self, trainer, pl_module)
-
-    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill_at_epoch_3)
-    with pytest.raises(Killed):
+    with killed_at_epoch(2):
         train(corpus, tmp_path / "b", **HP)
     assert (tmp_path / "b" / "ckpt" / normalise("lstm", "torch", 3, 1, "window", 1).run_dir("c") / "last.ckpt").is_file()
     resumed = train_ddp(corpus, tmp_path / "b", "window", **HP)

@@ -1,10 +1,12 @@
 """Shared helpers of the neural tests (no tests here): a bigram source with a known PPL and tiny corpora."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lmgrid.corpus import write_split
 from lmgrid.errors import write_json
@@ -75,3 +77,28 @@ def write_corpus(root: Path, splits: dict[str, list[list[str]]], corpus: str = "
 def tiny_corpus(root: Path, seed: int = 0, train: int = 300, corpus: str = "c") -> dict:
     src = BigramSource(seed=seed)
     return write_corpus(root, {"train": src.sample(train), "valid": src.sample(40), "test": src.sample(40)}, corpus)
+
+
+class Killed(Exception):
+    """Stands for the job being killed in the middle of training."""
+
+
+@contextlib.contextmanager
+def killed_at_epoch(epoch: int):
+    """Inside the block, a training run dies as a killed job would when it starts `epoch` (counted from 0);
+    the block checks that it did. Training behaves normally again after the block."""
+    from lmgrid.neural import train as train_mod
+
+    original = train_mod.Progress.on_train_epoch_start
+
+    def kill(self, trainer, pl_module):
+        if trainer.current_epoch == epoch:
+            raise Killed("job killed")
+        original(self, trainer, pl_module)
+
+    train_mod.Progress.on_train_epoch_start = kill
+    try:
+        with pytest.raises(Killed):
+            yield
+    finally:
+        train_mod.Progress.on_train_epoch_start = original

@@ -16,7 +16,7 @@ from lmgrid.ppl import counted_tokens
 from lmgrid.corpus import load_split
 from lmgrid.runkey import normalise
 
-from test_neural_support import TINY, BigramSource, tiny_corpus, write_corpus
+from test_neural_support import TINY, BigramSource, killed_at_epoch, tiny_corpus, write_corpus
 
 
 def train(corpus, tmp_path, arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, **hp):
@@ -67,30 +67,17 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     assert not (tmp_path / "ckpt").joinpath(run_dir.relative_to(tmp_path)).exists()  # cleaned up when done
 
 
-class Killed(Exception):
-    pass
-
-
 @pytest.mark.parametrize("regime", ["window", "stream"])
-def test_resume_after_kill_equals_uninterrupted_run(tmp_path, monkeypatch, regime):
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, regime):
     corpus = tiny_corpus(tmp_path)
     hp = dict(epochs=3, dropout=0.3, lr_decay=0.5, lr_patience=0, deterministic=True)
     straight, straight_dir = train(corpus, tmp_path / "a", regime=regime, **hp)
 
-    original = train_mod.Progress.on_train_epoch_start
-
-    def kill_at_epoch_3(self, trainer, pl_module):
-        if trainer.current_epoch == 2:
-            raise Killed("job killed")
-        original(self, trainer, pl_module)
-
-    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill_at_epoch_3)
-    with pytest.raises(Killed):
+    with killed_at_epoch(2):
         train(corpus, tmp_path / "b", regime=regime, **hp)
     key = normalise("lstm", "torch", 3, 1, regime, 1)
     assert (tmp_path / "b" / "ckpt" / key.run_dir("c") / "last.ckpt").is_file()
     assert not (tmp_path / "b" / key.run_dir("c") / "metrics.json").exists()
-    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", original)
     resumed, resumed_dir = train(corpus, tmp_path / "b", regime=regime, **hp)
     assert resumed["epochs"] == straight["epochs"] == 3
     assert resumed["test"]["ppl"] == straight["test"]["ppl"]
@@ -100,17 +87,10 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, monkeypatch, regim
     assert log_a == log_b and len(log_a) == 4  # header + 3 epochs, wall_s aside
 
 
-def test_stale_checkpoint_of_another_config_is_not_resumed(tmp_path, monkeypatch, capsys):
+def test_stale_checkpoint_of_another_config_is_not_resumed(tmp_path, capsys):
     corpus = tiny_corpus(tmp_path)
-
-    def kill(self, trainer, pl_module):
-        if trainer.current_epoch == 1:
-            raise Killed
-
-    monkeypatch.setattr(train_mod.Progress, "on_train_epoch_start", kill)
-    with pytest.raises(Killed):
+    with killed_at_epoch(1):
         train(corpus, tmp_path, epochs=2)
-    monkeypatch.undo()
     metrics, _ = train(corpus, tmp_path, epochs=2, lr=0.001)
     assert "discarding" in capsys.readouterr().out
     assert metrics["epochs"] == 2
