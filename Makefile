@@ -23,9 +23,10 @@ $(TSTAMP): $(STAMP) requirements-test.lock
 
 setup: $(STAMP)
 
-## run the whole pipeline on config.yaml (the embedded synthetic corpus by default)
+## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
 run: $(STAMP)
 	$(SMK) --cores $(CORES)
+	$(SMK) --cores 1 --report results/report.html
 
 ## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
 test: $(TSTAMP)
