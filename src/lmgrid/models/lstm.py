@@ -50,6 +50,19 @@ def concat_step(x_t, h, c, w, b):
     return _gate_math(F.linear(torch.cat([h, x_t], 1), w, b), c)
 
 
+def _unroll(step, inputs, h, c, return_gates):
+    """One layer over time: `step(input_t, h, c) -> (h, c, i, f, g, o)` at each step; returns the stacked
+    outputs [B, T, H], the last h and c, and the per-step gates (empty lists unless asked for)."""
+    outs, per_t = [], ([], [], [], [])
+    for t in range(inputs.shape[1]):
+        h, c, *g = step(inputs[:, t], h, c)
+        outs.append(h)
+        if return_gates:
+            for acc, v in zip(per_t, g):
+                acc.append(v)
+    return torch.stack(outs, 1), h, c, per_t
+
+
 def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates):
     """Shared multi-layer driver: layer_fn(k, x, h0, c0) -> (out [B,T,H], h, c, gates per t or None).
     Dropout sits between layers only, exactly where nn.LSTM(dropout=p) puts it."""
@@ -76,14 +89,7 @@ def cell_forward(x, state, weights, dropout, training, return_gates, compiled=Fa
     def layer(k, x, h, c):
         w_ih, w_hh, b_ih, b_hh = weights[k]
         x_proj = F.linear(x, w_ih, b_ih)  # [B, T, 4H], one matmul for the whole sequence
-        outs, per_t = [], ([], [], [], [])
-        for t in range(x.shape[1]):
-            h, c, *g = step(x_proj[:, t], h, c, w_hh, b_hh)
-            outs.append(h)
-            if return_gates:
-                for acc, v in zip(per_t, g):
-                    acc.append(v)
-        return torch.stack(outs, 1), h, c, per_t
+        return _unroll(lambda x_t, h, c: step(x_t, h, c, w_hh, b_hh), x_proj, h, c, return_gates)
 
     return _run_layers(x, state, len(weights), layer, dropout, training, return_gates)
 
@@ -155,14 +161,7 @@ class ConcatLSTMStack(nn.Module):
 
         def layer(k, x, h, c):
             w, b = getattr(self, f"weight_l{k}"), getattr(self, f"bias_l{k}")
-            outs, per_t = [], ([], [], [], [])
-            for t in range(x.shape[1]):
-                h, c, *g = step(x[:, t], h, c, w, b)
-                outs.append(h)
-                if return_gates:
-                    for acc, v in zip(per_t, g):
-                        acc.append(v)
-            return torch.stack(outs, 1), h, c, per_t
+            return _unroll(lambda x_t, h, c: step(x_t, h, c, w, b), x, h, c, return_gates)
 
         return _run_layers(x, state, self.layers, layer, self.dropout, self.training, return_gates)
 
