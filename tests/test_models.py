@@ -164,8 +164,10 @@ def test_shapes_of_logits_state_and_gates(arch, impl):
     assert gates is None
     logits2, state2, gates = model(tokens(13, t=t), model.detach_state(state), return_gates=True)
     assert logits2.shape == logits.shape
-    if arch in ("ffnn", "transformer"):
+    if arch == "ffnn":
         assert state is None and state2 is None and model.detach_state(state) is None
+    elif arch == "transformer":  # its state is the tokens read so far, the context of the next chunk
+        assert torch.equal(state, tokens(12, t=t)) and state2.shape == (B, min(2 * T, model.cfg.max_len))
     elif arch == "lstm":
         assert [s.shape for s in state] == [(LAYERS, B, HID)] * 2
     else:
@@ -277,3 +279,16 @@ def test_from_dict_rejects_unknown_and_missing_keys():
 def test_transformer_rejects_inputs_longer_than_max_len():
     with pytest.raises(LmgridError, match="max_len=8"):
         make("transformer", max_len=8)(tokens(18, t=9))
+
+
+def test_transformer_reads_a_chunk_after_the_previous_one():
+    """With the previous chunk as state, a chunk's logits are those of the whole text at the chunk's positions."""
+    model = make("transformer", heads=4, max_len=2 * T).eval()
+    first, second = tokens(21, t=T), tokens(22, t=T)
+    whole, _, _ = model(torch.cat([first, second], 1))
+    _, state, _ = model(first)
+    chunk, _, _ = model(second, state)
+    assert torch.allclose(chunk, whole[:, T:], atol=1e-5)
+    # Only the latest max_len - T tokens of the state are attended to.
+    _, state3, _ = model(second, torch.cat([tokens(23, t=T), first], 1))
+    assert torch.equal(state3, torch.cat([first, second], 1))

@@ -60,10 +60,12 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     assert list(gates[0]) == GATE_COLUMNS
     alls = [g for g in gates if g["scope"] == "all"]
     assert {(int(g["layer"]), g["gate"]) for g in alls} == {(l, g) for l in (0, 1) for g in "zr"}
-    assert all(int(g["count"]) == metrics["test"]["tokens"] * 3 * 16 for g in alls)  # windows x positions x units
+    # Real context tokens (not <s> padding) over the windows: target j of a sentence has min(j, 3) before it.
+    real = sum(min(j, 3) for s in test_sents for j in range(len(s) + 1))
+    assert all(int(g["count"]) == real * 16 for g in alls)  # real positions x units
     assert {int(g["index"]) for g in gates if g["scope"] == "position"} == {0, 1, 2}
     assert len([g for g in gates if g["scope"] == "unit"]) == 2 * 2 * 16
-    assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_above_0.9"]) <= 1 for g in gates)
+    assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_right_saturated"]) <= 1 for g in gates)
     assert not (tmp_path / "ckpt").joinpath(run_dir.relative_to(tmp_path)).exists()  # cleaned up when done
 
 

@@ -6,7 +6,7 @@
 * tokens LongTensor [B, T] -> logits [B, T, V]. ffnn needs T == n_step-1 and returns [B, 1, V] (the next token).
   `last_only=True` returns only the last position's logits [B, 1, V] (what a window needs; ffnn always does).
 * state is opaque (None = zeros); pass it back for the next chunk; `model.detach_state(state)` cuts the graph for
-  truncated BPTT. Stateless models (ffnn, transformer) return None.
+  truncated BPTT. ffnn returns None; the transformer's state is the tokens read so far (the next chunk's context).
 * gates: None unless return_gates. Then a dict gate -> [layers, B, T, H] of post-activation values:
   LSTM i, f, o (sigmoid) and g (tanh); GRU z, r; an empty dict for architectures without gates.
 """

@@ -43,6 +43,18 @@ class OutputHead(nn.Module):
         return self.decoder(self.proj(self.drop(hidden)))
 
 
+def fp32_recurrence(x: torch.Tensor):
+    """Autocast switched off around a recurrence, whose inputs are then cast to float32.
+
+    Why: under autocast PyTorch runs the cuDNN RNN kernels (nn.LSTM, nn.GRU, nn.RNN) in float16 whatever dtype
+    was asked for, and Lightning's bf16-mixed runs no loss scaler, so `impl: torch` would silently train in
+    unscaled fp16 while the hand-written cells ran their matmuls in bf16: the three LSTMs would stop being
+    comparable.  With `precision: bf16-mixed` every recurrence (every impl of rnn, lstm, gru) therefore runs in
+    float32, and only the embedding and the output layer (with a large vocabulary the costliest matmul, and
+    recurrence-free) run in bf16."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
 def zeros_state(layers: int, batch: int, hidden: int, like: torch.Tensor) -> torch.Tensor:
     return torch.zeros(layers, batch, hidden, dtype=like.dtype, device=like.device)
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Embedding, OutputHead, maybe_compiled, zeros_state
+from .common import Embedding, OutputHead, fp32_recurrence, maybe_compiled, zeros_state
 from .config import ModelConfig
 from .lstm import torch_layout
 
@@ -102,17 +102,19 @@ class GRULM(nn.Module):
         """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state h [layers, B, H],
         gates {z, r: [layers, B, T, H]}."""
         x = self.drop(self.embedding(tokens))
-        if state is None:
-            state = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
-        gates = None
-        if isinstance(self.rnn, nn.GRU):
-            if return_gates:
-                out, state, gates = gru_cell_forward(x, state, self.torch_layout(), self.rnn.dropout, self.training,
-                                                     True)
+        with fp32_recurrence(x):  # see common.fp32_recurrence
+            x = x.float()
+            state = (zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x) if state is None
+                     else state.float())
+            gates = None
+            if isinstance(self.rnn, nn.GRU):
+                if return_gates:
+                    out, state, gates = gru_cell_forward(x, state, self.torch_layout(), self.rnn.dropout,
+                                                         self.training, True)
+                else:
+                    out, state = self.rnn(x, state)
             else:
-                out, state = self.rnn(x, state)
-        else:
-            out, state, gates = self.rnn(x, state, return_gates)
+                out, state, gates = self.rnn(x, state, return_gates)
         return self.head(out[:, -1:] if last_only else out), state, gates
 
     @staticmethod

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Embedding, OutputHead, maybe_compiled, zeros_state
+from .common import Embedding, OutputHead, fp32_recurrence, maybe_compiled, zeros_state
 from .config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -210,20 +210,23 @@ class LSTMLM(nn.Module):
         """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state (h, c) each [layers, B, H],
         gates {i,f,o,g: [layers,B,T,H]}."""
         x = self.drop(self.embedding(tokens))
-        if state is None:
-            z = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
-            state = (z, z)
-        gates = None
-        if isinstance(self.rnn, nn.LSTM):
-            if return_gates:
-                # The fused kernel hides its gates: run the docs' equations on nn.LSTM's own parameters instead
-                # (the same function, so the outputs agree with nn.LSTM's to float rounding).
-                out, state, gates = cell_forward(x, state, self.torch_layout(), self.rnn.dropout, self.training,
-                                                 True)
+        with fp32_recurrence(x):
+            x = x.float()
+            if state is None:
+                z = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x)
+                state = (z, z)
+            state = tuple(s.float() for s in state)
+            gates = None
+            if isinstance(self.rnn, nn.LSTM):
+                if return_gates:
+                    # The fused kernel hides its gates: run the docs' equations on nn.LSTM's own parameters instead
+                    # (the same function, so the outputs agree with nn.LSTM's to float rounding).
+                    out, state, gates = cell_forward(x, state, self.torch_layout(), self.rnn.dropout, self.training,
+                                                     True)
+                else:
+                    out, state = self.rnn(x, state)
             else:
-                out, state = self.rnn(x, state)
-        else:
-            out, state, gates = self.rnn(x, state, return_gates)
+                out, state, gates = self.rnn(x, state, return_gates)
         return self.head(out[:, -1:] if last_only else out), state, gates
 
     @staticmethod

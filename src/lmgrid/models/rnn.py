@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Embedding, OutputHead
+from .common import Embedding, OutputHead, fp32_recurrence
 from .config import ModelConfig
 
 
@@ -22,7 +22,9 @@ class RNNLM(nn.Module):
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
         """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only); state h [layers, B, H] (None = zeros).
         An RNN has no gates."""
-        out, state = self.rnn(self.drop(self.embedding(tokens)), state)
+        x = self.drop(self.embedding(tokens))
+        with fp32_recurrence(x):  # see common.fp32_recurrence
+            out, state = self.rnn(x.float(), None if state is None else state.float())
         return self.head(out[:, -1:] if last_only else out), state, ({} if return_gates else None)
 
     @staticmethod

@@ -1,8 +1,12 @@
 """A small causal Transformer decoder (GPT-style): learned positions, pre-LayerNorm blocks
 (x + attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP), a final LayerNorm and the output layer.
 
-Width is cfg.hidden_dim (emb_dim is unused). The model is stateless: its context is the tokens it is given
-(at most max_len), so `state` is always None.
+Width is cfg.hidden_dim (emb_dim is unused).  Its "state" is the text itself: the tokens before the current
+chunk, which it attends to as context but does not predict.  In the stream regime (max_len = 2 * bptt) each
+chunk of bptt tokens is read after the previous chunk of its row, so its first position attends to bptt earlier
+tokens and its last to 2 * bptt - 1, instead of the context resetting at every chunk boundary (as in
+Transformer-XL's segment recurrence, with tokens recomputed rather than cached hidden states).  The window regime
+passes no state: a window is the whole context.
 """
 from __future__ import annotations
 
@@ -67,16 +71,19 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] (T <= max_len) -> logits [B, T, V] ([B, 1, V] with last_only); stateless, no gates."""
+        """tokens [B, T] (T <= max_len) -> logits [B, T, V] ([B, 1, V] with last_only); state: the tokens before
+        `tokens` (None = none), of which the latest max_len - T are attended to; returns the new state, no gates."""
         T = tokens.shape[1]
         if T > self.cfg.max_len:
             raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}")
-        x = self.drop(self.embedding(tokens) + self.position(torch.arange(T, device=tokens.device)))
+        keep = self.cfg.max_len - T
+        inp = tokens if state is None or keep == 0 else torch.cat([state[:, -keep:], tokens], 1)
+        x = self.drop(self.embedding(inp) + self.position(torch.arange(inp.shape[1], device=tokens.device)))
         for block in self.blocks:
             x = block(x)
-        x = x[:, -1:] if last_only else x
-        return self.head(self.ln_f(x)), None, ({} if return_gates else None)
+        x = x[:, -1:] if last_only else x[:, -T:]  # only the new positions are predicted
+        return self.head(self.ln_f(x)), inp, ({} if return_gates else None)
 
     @staticmethod
     def detach_state(state):
-        return None
+        return state  # token ids: no graph to cut

@@ -3,11 +3,16 @@
 * window: one example per target of the shared convention (`lmgrid.ppl.targets`): each word and the final </s>
   of a sentence, with exactly the n_step-1 tokens before it in that sentence as context, left-padded with <s>.
   Every window has the same length, so there is no padding to mask and each target is counted once.
-* stream: the split is one token stream, </s> after every sentence.  The stream starts with one extra </s>
-  as context for its first word, so every sentence, the first included, is predicted after a </s> and the
-  predictions are exactly the convention's targets (words + one </s> per sentence; <s> never appears).
-  The stream is cut into B parallel contiguous rows (the usual "batchify"); instead of dropping the tail that
-  does not fill the last row, it is padded and the padded targets are IGNORE, so every token is counted once.
+* stream: the literature's stateful regime.  The split's sentences, in order, are cut into B rows of whole
+  sentences with about equal token counts (`sentence_rows`); each row reads </s> w1 .. </s> w1 .. </s>, so it
+  starts at a sentence boundary, from a zero state, with </s> as the context of its first word, and every
+  prediction is one of the convention's targets (words + one </s> per sentence; <s> never appears).  The state
+  is carried across a row's BPTT chunks.  Rows are padded at their tail (padded targets are IGNORE), so every
+  token is counted once.  Why sentence-aligned: a row that starts from a zero state in the middle of a sentence
+  can fall into a state the model never saw in training (an Elman RNN locks into a sign-flipped attractor for
+  the rest of the row), so the PPL of a contiguous cut depends on where the cuts fall; at sentence boundaries a
+  zero state is what training starts from, and the evaluation PPL no longer depends on the number of rows
+  (tests/test_stream_layout.py).
 
 Several processes (DDP, `train.devices`): the batch sizes stay global.  Every process reads the same sequence of
 global batches (same seeded order) and keeps its share: a contiguous slice of the window batch, or a slice of the
@@ -61,7 +66,8 @@ def stream_tokens(ids: list[list[int]], eos: int) -> torch.Tensor:
 
 
 def batchify(stream: torch.Tensor, rows: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """inputs and targets [rows, S]: row b holds the contiguous targets b*S .. b*S+S-1 of the stream."""
+    """inputs and targets [rows, S]: row b holds the contiguous targets b*S .. b*S+S-1 of the stream.  Rows start
+    anywhere, mid-sentence included: for throughput benchmarks only; runs use `sentence_rows`."""
     n = len(stream) - 1
     if n < 1:
         raise LmgridError("stream regime: the split has no tokens")
@@ -71,6 +77,35 @@ def batchify(stream: torch.Tensor, rows: int, pad: int) -> tuple[torch.Tensor, t
     y = torch.full((rows * S,), IGNORE, dtype=torch.long)
     x[:n], y[:n] = stream[:-1], stream[1:]
     return x.view(rows, S), y.view(rows, S)
+
+
+def sentence_rows(ids: list[list[int]], rows: int, eos: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """inputs and targets [R, S]: the sentences cut into R <= rows contiguous groups of whole sentences with about
+    equal target counts; row r reads </s> s_a </s> .. s_b </s> (inputs) and predicts everything after its first
+    </s> (targets).  Tail padding: input `pad`, target IGNORE."""
+    if not ids:
+        raise LmgridError("stream regime: the split has no sentences")
+    targets = np.array([len(s) + 1 for s in ids], dtype=np.int64)  # words + </s>
+    ends = np.cumsum(targets)
+    rows = max(1, min(rows, len(ids)))
+    # The first sentence of each later row: where the running target count passes k/rows of the total.
+    cuts = np.searchsorted(ends, np.arange(1, rows) * ends[-1] / rows, side="left") + 1
+    bounds = np.unique(np.concatenate([[0], cuts, [len(ids)]]).clip(0, len(ids)))
+    groups = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    S = max(int(targets[a:b].sum()) for a, b in groups)
+    x = torch.full((len(groups), S), pad, dtype=torch.long)
+    y = torch.full((len(groups), S), IGNORE, dtype=torch.long)
+    for r, (a, b) in enumerate(groups):
+        row = stream_tokens(ids[a:b], eos)
+        x[r, : len(row) - 1], y[r, : len(row) - 1] = row[:-1], row[1:]
+    return x, y
+
+
+def first_sentences(ids: list[list[int]], max_targets: int) -> list[list[int]]:
+    """The leading whole sentences holding at most `max_targets` targets (at least one sentence): the stream
+    regime's cap on training data keeps rows sentence-aligned."""
+    ends = np.cumsum([len(s) + 1 for s in ids])
+    return ids[: max(1, int(np.searchsorted(ends, max_targets, side="right")))]
 
 
 def shard(x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,6 +129,7 @@ class WindowData(Dataset):
         return len(self.y)
 
     def __getitem__(self, idx):
+        idx = idx.to(self.x.device, non_blocking=True)  # the split may live on the GPU (LMData.on_device)
         return shard(self.x[idx], self.y[idx], self.rank, self.world)
 
 
@@ -158,6 +194,7 @@ class LMData(pl.LightningDataModule):
         self.bptt, self.max_train_tokens, self.seed = bptt, max_train_tokens, seed
         self.sentences: dict[str, list[list[str]]] = {}
         self.tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._device_copies: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.tensors:
@@ -173,11 +210,10 @@ class LMData(pl.LightningDataModule):
                     x, y = x[: self.max_train_tokens], y[: self.max_train_tokens]
                 self.tensors[split] = (x, y)
             else:
-                stream = stream_tokens(ids, eos)
                 if split == "train" and self.max_train_tokens > 0:
-                    stream = stream[: self.max_train_tokens + 1]
+                    ids = first_sentences(ids, self.max_train_tokens)
                 rows = self.stream_batch_size if split == "train" else self.stream_eval_batch_size
-                self.tensors[split] = batchify(stream, rows, pad)
+                self.tensors[split] = sentence_rows(ids, rows, eos, pad)
 
     def counted_tokens(self, split: str) -> int:
         return int((self.tensors[split][1] != IGNORE).sum())
@@ -185,9 +221,21 @@ class LMData(pl.LightningDataModule):
     def oov_tokens(self, split: str) -> int:
         return sum(1 for s in self.sentences[split] for t in s if t not in self.vocab.index)
 
-    def dataloader(self, split: str, shuffle: bool = False, rank: int = 0, world: int = 1) -> DataLoader:
-        """The whole split by default; this process's share of every batch when given its rank of `world`."""
+    def on_device(self, split: str, device: torch.device | str | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split's tensors on `device`, copied there once: batches are then slices made on the device, with
+        no host-to-device copy per step."""
         x, y = self.tensors[split]
+        if device is None or x.device == torch.device(device):
+            return x, y
+        key = (split, str(device))
+        if key not in self._device_copies:
+            self._device_copies[key] = (x.to(device), y.to(device))
+        return self._device_copies[key]
+
+    def dataloader(self, split: str, shuffle: bool = False, rank: int = 0, world: int = 1,
+                   device: torch.device | str | None = None) -> DataLoader:
+        """The whole split by default; this process's share of every batch when given its rank of `world`."""
+        x, y = self.on_device(split, device)
         if self.regime == "stream":
             return loader(StreamChunks(x, y, self.bptt, rank, world))
         size = self.batch_size if split == "train" else self.eval_batch_size
@@ -195,7 +243,10 @@ class LMData(pl.LightningDataModule):
         return loader(WindowData(x, y, rank, world), BatchIndices(len(y), size, shuffle, self.seed, epoch))
 
     def _share(self) -> dict:
-        return {"rank": self.trainer.global_rank, "world": self.trainer.world_size} if self.trainer else {}
+        if not self.trainer:
+            return {}
+        return {"rank": self.trainer.global_rank, "world": self.trainer.world_size,
+                "device": self.trainer.strategy.root_device}
 
     def train_dataloader(self):
         return self.dataloader("train", shuffle=True, **self._share())

@@ -41,22 +41,25 @@ def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
 
 @torch.no_grad()
 def evaluate(model, batches, regime: str, device) -> tuple[float, int]:
-    """Total NLL (nats) and counted tokens over a split's batches, in order, state carried in stream mode."""
+    """Total NLL (nats) and counted tokens over a split's batches, in order, state carried in stream mode.
+    The sums stay on the device until the end: no host synchronisation per batch."""
     was_training = model.training
     model.eval()
-    total, count, state = 0.0, 0, None
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.int64, device=device)
+    state = None
     for x, y in batches:
         nll, n, state = batch_nll(model, x.to(device), y.to(device), regime, state if regime == "stream" else None)
-        total += float(nll)
-        count += int(n)
+        total += nll
+        count += n
     model.train(was_training)
-    return total, count
+    return float(total), int(count)
 
 
 class LMModule(pl.LightningModule):
     def __init__(self, model_config: dict, regime: str, optimizer: str = "adam", lr: float = 1e-3,
                  momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 0.5, lr_patience: int = 0,
-                 seed: int = 1):
+                 seed: int = 1, finite_check_every: int = 100):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(ModelConfig(**model_config))
@@ -67,7 +70,32 @@ class LMModule(pl.LightningModule):
         self._plateau = None
 
     def reset_train_totals(self):
-        self.train_nll, self.train_count = 0.0, 0
+        # Summed on the device, step after step, and read on the host only every finite_check_every steps, when a
+        # progress line is printed and at the epoch's end: a per-step float()/int()/`if loss` would stall a GPU.
+        # [NLL sum, target count, first non-finite step (0 = none), that step's loss]
+        self._train_sums = None
+        self._train_totals = None  # (nll, count) over every process, fixed when the epoch's validation ends
+
+    def _running_train_totals(self) -> tuple[float, int]:
+        if self._train_totals is not None:
+            return self._train_totals
+        if self._train_sums is None:
+            return 0.0, 0
+        nll, count = self._train_sums[:2].tolist()
+        return nll, int(count)
+
+    @property
+    def train_nll(self) -> float:
+        return self._running_train_totals()[0]
+
+    @property
+    def train_count(self) -> int:
+        return self._running_train_totals()[1]
+
+    @property
+    def train_loss(self) -> float:
+        nll, count = self._running_train_totals()
+        return nll / count if count else math.nan
 
     def forward(self, x, state=None):
         return self.model(x, state)
@@ -98,37 +126,60 @@ class LMModule(pl.LightningModule):
             n_global = n.clone()
             torch.distributed.all_reduce(n_global)  # the global batch's targets
             loss = nll * self.trainer.world_size / n_global
-        if not torch.isfinite(loss):
-            raise LmgridError(
-                f"training loss became {float(loss.detach())} at epoch {self.current_epoch + 1}, "
-                f"step {self.global_step + 1} "
-                f"(batch {batch_idx + 1}): lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
-        self.train_nll += float(nll.detach())
-        self.train_count += int(n)
+        self._add_train_step(nll.detach(), n, loss.detach())
+        if (batch_idx + 1) % self.hparams.finite_check_every == 0:
+            self.check_finite()
         return loss
 
-    @property
-    def train_loss(self) -> float:
-        return self.train_nll / self.train_count if self.train_count else math.nan
+    def _add_train_step(self, nll: torch.Tensor, n: torch.Tensor, loss: torch.Tensor) -> None:
+        if self._train_sums is None:
+            self._train_sums = torch.zeros(4, dtype=torch.float64, device=nll.device)
+        sums = self._train_sums
+        sums[0] += nll.double()
+        sums[1] += n
+        first_bad = ~torch.isfinite(loss) & (sums[2] == 0)
+        sums[2:] = torch.where(first_bad, torch.stack([torch.tensor(float(self.global_step + 1), device=nll.device,
+                                                                    dtype=torch.float64), loss.double()]), sums[2:])
+
+    def check_finite(self) -> None:
+        """Raise the one-line error if a training loss so far this epoch was NaN or inf.  Under DDP the check is
+        a collective that every process makes at the same step, so all of them stop together with the same line
+        (one process raising alone would leave the others waiting in their next all-reduce until it times out)."""
+        bad = (self._train_sums[2:] if self._train_sums is not None
+               else torch.zeros(2, dtype=torch.float64, device=self.device))
+        per_process = self.all_gather(bad).reshape(-1, 2).tolist()  # [[first bad step (0 = none), its loss], ...]
+        hits = sorted((step, rank, value) for rank, (step, value) in enumerate(per_process) if step > 0)
+        if hits:
+            step, rank, value = hits[0]
+            on = f" on process {rank} of {len(per_process)}" if len(per_process) > 1 else ""
+            raise LmgridError(
+                f"training loss became {value} at epoch {self.current_epoch + 1}, step {int(step)}{on}: "
+                f"lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
 
     # -- validation ---------------------------------------------------------------------------------------
     def on_validation_epoch_start(self):
-        self._val_state, self._val_nll, self._val_count = None, 0.0, 0
+        if not self.trainer.sanity_checking:
+            self.check_finite()  # before validating (and checkpointing) weights a bad step has spoilt
+        self._val_state, self._val_sums = None, None
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         nll, n, state = batch_nll(self.model, x, y, self.regime, self._val_state)
         self._val_state = state if self.regime == "stream" else None
-        self._val_nll += float(nll)
-        self._val_count += int(n)
+        if self._val_sums is None:
+            self._val_sums = torch.zeros(2, dtype=torch.float64, device=nll.device)
+        self._val_sums[0] += nll.double()
+        self._val_sums[1] += n
 
     def on_validation_epoch_end(self):
+        val_nll, val_count = self._val_sums.tolist() if self._val_sums is not None else (0.0, 0)
+        train_nll, train_count = self._running_train_totals()
         if self.trainer.world_size > 1:
             # Every process's train totals and its share of valid, summed: the same numbers on every process.
-            self.train_nll, self.train_count, self._val_nll, self._val_count = self._sum_over_processes(
-                self.train_nll, self.train_count, self._val_nll, self._val_count)
-            self.train_count, self._val_count = int(self.train_count), int(self._val_count)
-        loss = self._val_nll / max(self._val_count, 1)
+            train_nll, train_count, val_nll, val_count = self._sum_over_processes(
+                train_nll, train_count, val_nll, val_count)
+        self._train_totals = (train_nll, int(train_count))
+        loss = val_nll / max(val_count, 1)
         if not math.isfinite(loss):
             raise LmgridError(f"validation loss became {loss} after epoch {self.current_epoch + 1}: "
                               f"lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")

@@ -34,7 +34,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lmgrid.errors import LmgridError, atomic_write, write_json
 from lmgrid.models import IMPLS
-from lmgrid.ppl import perplexity
+from lmgrid.ppl import BOS, perplexity
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
 
@@ -118,8 +118,9 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     data.setup()
     model_config = {"arch": arch, "vocab_size": len(vocab), "impl": impl, "layers": layers,
                     "n_step": n_step if regime == "window" else 2,
-                    # The transformer's learned positions cover the longest input it is trained on.
-                    "max_len": n_step - 1 if regime == "window" else hp["bptt"],
+                    # The transformer's learned positions cover the longest input it is trained on: a window, or
+                    # in the stream regime a chunk read after the previous one (models/transformer.py).
+                    "max_len": n_step - 1 if regime == "window" else 2 * hp["bptt"],
                     **{k: hp[k] for k in MODEL_KEYS}}
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
@@ -137,7 +138,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     pl.seed_everything(seed, workers=True, verbose=False)
     module = LMModule(model_config, regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
                       weight_decay=hp["weight_decay"], lr_decay=hp["lr_decay"], lr_patience=hp["lr_patience"],
-                      seed=seed)
+                      seed=seed, finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
     params = sum(p.numel() for p in module.model.parameters())
     n_train = data.counted_tokens("train")
     start = f"resuming from {resume}" if resume else "from scratch"
@@ -188,7 +189,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     model = module.model.to(device)
     metrics = {"name": key.name, **run_info}
     for split in ("valid", "test"):
-        nll, n = evaluate(model, data.dataloader(split), regime, device)
+        nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
         try:
@@ -214,7 +215,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
 
     run_dir = Path(run_dir)
     if arch in gates_mod.GATED_ARCHS:
-        gates_mod.write(run_dir / "gates.csv", gates_mod.collect(model, data.dataloader("test"), regime, device))
+        gates_mod.write(run_dir / "gates.csv", gates_mod.collect(model, data.dataloader("test", device=device), regime,
+                                                                 device, bos=vocab.index[BOS]))
     save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp)
     epoch_log.write(run_dir / "log.csv")
     metrics["wall_s"] = round(time.time() - t0, 3)
