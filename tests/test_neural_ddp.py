@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,51 @@ def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
     for rule in ("train", "train_gated"):
         assert "gpu=2" in jobs[rule]["resources"] and jobs[rule]["threads"] == "2", jobs[rule]
     assert "gpu=2" not in jobs["ngram"]["resources"] and jobs["ngram"].get("threads", "1") == "1", jobs["ngram"]
+
+
+NAN_ON_RANK_1 = '''
+# Test-only: on DDP process 1, the third training batch's loss becomes NaN (rank 0 trains normally).
+import os
+if os.environ.get("LOCAL_RANK") == "1":
+    import lmgrid.neural.module as m
+    _real, _calls = m.batch_nll, [0]
+
+    def batch_nll(model, x, y, regime, state=None):
+        nll, n, state = _real(model, x, y, regime, state)
+        if model.training:
+            _calls[0] += 1
+            if _calls[0] == 3:
+                nll = nll * float("nan")
+        return nll, n, state
+
+    m.batch_nll = batch_nll
+'''
+
+
+@pytest.mark.slow
+def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
+    """A NaN on process 1 only: both processes stop at the next check with the usual one-line error, well before
+    any collective would time out (gloo's default is 30 minutes)."""
+    if (reason := ddp_available()) is not None:
+        pytest.skip(reason)
+    corpus = tiny_corpus(tmp_path)
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(NAN_ON_RANK_1)
+    key = normalise("lstm", "torch", 3, 1, "window", 1)
+    p = corpus["paths"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(inject), str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "lmgrid", "train", "--arch", "lstm", "--n-step", "3", "--regime", "window",
+           "--train", p["train"], "--valid", p["valid"], "--test", p["test"], "--vocab", corpus["vocab_path"],
+           "--run-dir", str(tmp_path / key.run_dir("c")), "--ckpt-dir", str(tmp_path / "ckpt"), "--threads", "1",
+           "--hparams", json.dumps({**TINY, "epochs": 2, "log_every": 2, "devices": 2})]
+    t0 = time.time()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("lmgrid: error:")]
+    assert errors and all(e == "lmgrid: error: training loss became nan at epoch 1, step 3 on process 1 of 2: "
+                                "lower the learning rate (lr=0.003)" for e in errors), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert time.time() - t0 < 240
+    assert not (tmp_path / key.run_dir("c") / "metrics.json").exists()

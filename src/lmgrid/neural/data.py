@@ -90,8 +90,11 @@ def sentence_rows(ids: list[list[int]], rows: int, eos: int, pad: int) -> tuple[
     rows = max(1, min(rows, len(ids)))
     # The first sentence of each later row: where the running target count passes k/rows of the total.
     cuts = np.searchsorted(ends, np.arange(1, rows) * ends[-1] / rows, side="left") + 1
-    bounds = np.unique(np.concatenate([[0], cuts, [len(ids)]]).clip(0, len(ids)))
-    groups = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    # Every row gets at least one sentence: cut k lies in [k, n - rows + k] and after cut k-1.
+    cuts = np.maximum.accumulate(np.maximum(cuts, np.arange(1, rows)) - np.arange(1, rows)) + np.arange(1, rows)
+    cuts = np.minimum(cuts, len(ids) - rows + np.arange(1, rows))
+    bounds = np.concatenate([[0], cuts, [len(ids)]])
+    groups = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
     S = max(int(targets[a:b].sum()) for a, b in groups)
     x = torch.full((len(groups), S), pad, dtype=torch.long)
     y = torch.full((len(groups), S), IGNORE, dtype=torch.long)
