@@ -292,3 +292,26 @@ def test_transformer_reads_a_chunk_after_the_previous_one():
     # Only the latest max_len - T tokens of the state are attended to.
     _, state3, _ = model(second, torch.cat([tokens(23, t=T), first], 1))
     assert torch.equal(state3, torch.cat([first, second], 1))
+
+
+@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell"))])
+def test_residual_stacks_agree_across_impls_and_with_the_gate_path(arch, impls):
+    """With residual connections every impl computes the same function, and reading the gates changes nothing."""
+    ref = make(arch, impls[0], layers=3, residual=True).eval()
+    x = tokens(31)
+    want, want_state, _ = ref(x)
+    for impl in impls:
+        model = make(arch, impl, seed=5, layers=3, residual=True).copy_weights_from(ref).eval()
+        for gated in (False, True):
+            out, state, _ = model(x, return_gates=gated)
+            assert torch.allclose(out, want, atol=1e-5), (impl, gated)
+            for a, b in zip(state if arch == "lstm" else (state,), want_state if arch == "lstm" else (want_state,)):
+                assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["rnn", "lstm", "gru", "ffnn"])
+def test_residual_adds_each_layers_input_from_the_second_layer_on(arch):
+    plain = make(arch, layers=2, n_step=T + 1).eval()
+    residual = make(arch, layers=2, n_step=T + 1, residual=True).eval()
+    assert residual(tokens(32))[0].shape == plain(tokens(32))[0].shape
+    assert not torch.allclose(residual(tokens(32))[0], plain(tokens(32))[0])

@@ -36,6 +36,10 @@ class ModelConfig:
     direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
     heads: int = 4  # transformer attention heads; hidden_dim must be a multiple
     max_len: int = 512  # transformer: learned positions, so the longest input it accepts
+    # rnn, lstm, gru, ffnn: from the second layer on, a layer's input is added to its output (He et al. 2016; Wu et
+    # al. 2016 for stacked LSTMs), so a deep stack starts out passing its input through.  The transformer always
+    # has residual connections.
+    residual: bool = False
     # Hand-written cells (lstm cell/concat, gru cell): torch.compile their per-step function. Off by default because
     # `python -m lmgrid.bench cells` measured it slower than eager on the 2-core CPU (2x200, batch 20: the per-call
     # overhead of a compiled function outweighs the fused gate kernel at these sizes) and it adds ~10-30 s of
@@ -83,7 +87,7 @@ class ModelConfig:
             raise bad("dropout", "is not allowed (must be a number in [0, 1))")
         if self.activation not in ACTIVATIONS:
             raise bad("activation", f"is not a known activation (one of: {', '.join(ACTIVATIONS)})")
-        for key in ("tie_weights", "direct", "compile"):
+        for key in ("tie_weights", "direct", "residual", "compile"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key, "is not true or false")
         if self.arch == "transformer" and self.hidden_dim % self.heads:

@@ -10,7 +10,7 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import INIT_RANGE, Embedding, OutputHead
+from .common import INIT_RANGE, Embedding, OutputHead, stack_layers
 from .config import ModelConfig
 
 ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
@@ -23,11 +23,9 @@ class FFNNLM(nn.Module):
         self.context = cfg.n_step - 1
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
         self.drop = nn.Dropout(cfg.dropout)
-        blocks, width = [], self.context * cfg.emb_dim
-        for _ in range(cfg.layers):
-            blocks += [nn.Linear(width, cfg.hidden_dim), ACT[cfg.activation](), nn.Dropout(cfg.dropout)]
-            width = cfg.hidden_dim
-        self.hidden = nn.Sequential(*blocks[:-1])  # the head applies the last dropout
+        widths = [self.context * cfg.emb_dim] + [cfg.hidden_dim] * cfg.layers
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.act = ACT[cfg.activation]()
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
         self.direct = None
         if cfg.direct:
@@ -42,7 +40,10 @@ class FFNNLM(nn.Module):
             raise LmgridError(
                 f"ffnn: input of shape {tuple(tokens.shape)} is not [batch, n_step-1={self.context}]")
         x = self.drop(self.embedding(tokens).flatten(1))  # [B, (n-1)*emb]
-        logits = self.head(self.hidden(x))
+        # Dropout between hidden layers (the head applies the last one); residual from the second layer on.
+        h, _ = stack_layers(x, len(self.hidden), lambda k, h: (self.act(self.hidden[k](h)),), self.cfg.dropout,
+                            self.training, self.cfg.residual)
+        logits = self.head(h)
         if self.direct is not None:
             logits = logits + self.direct(x)
         return logits.unsqueeze(1), None, ({} if return_gates else None)

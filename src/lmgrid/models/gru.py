@@ -10,15 +10,13 @@ the gates are asked for, since the fused kernel does not expose them.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Embedding, OutputHead, fp32_recurrence, maybe_compiled, zeros_state
+from .common import Embedding, OutputHead, fp32_recurrence, init_recurrence, maybe_compiled, stack_layers, zeros_state
 from .config import ModelConfig
-from .lstm import torch_layout
+from .lstm import library_stack, run_library_stack, torch_layout
 
 
 def gru_step(x_proj_t, h, w_hh, b_hh):
@@ -31,13 +29,12 @@ def gru_step(x_proj_t, h, w_hh, b_hh):
     return (1 - z) * n + z * h, z, r
 
 
-def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=False):
+def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=False, residual=False):
     """Multi-layer GRU over [B, T, in] for weights in nn.GRU layout; dropout between layers as nn.GRU does."""
     step = maybe_compiled(gru_step, compiled)
-    hs, gates = [], {"z": [], "r": []}
-    for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):
-        if k > 0 and dropout > 0:
-            x = F.dropout(x, dropout, training)
+
+    def layer(k, x):
+        w_ih, w_hh, b_ih, b_hh = weights[k]
         x_proj = F.linear(x, w_ih, b_ih)
         h, outs, zs, rs = h0[k], [], [], []
         for t in range(x.shape[1]):
@@ -46,34 +43,33 @@ def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=F
             if return_gates:
                 zs.append(z)
                 rs.append(r)
-        x = torch.stack(outs, 1)
-        hs.append(h)
-        if return_gates:
-            gates["z"].append(torch.stack(zs, 1))
-            gates["r"].append(torch.stack(rs, 1))
-    gates = {name: torch.stack(v) for name, v in gates.items()} if return_gates else None
+        return torch.stack(outs, 1), h, zs, rs
+
+    x, per_layer = stack_layers(x, len(weights), layer, dropout, training, residual)
+    hs, zs, rs = zip(*per_layer)
+    gates = None
+    if return_gates:
+        gates = {"z": torch.stack([torch.stack(z, 1) for z in zs]), "r": torch.stack([torch.stack(r, 1) for r in rs])}
     return x, torch.stack(hs), gates
 
 
 class GRUCellStack(nn.Module):
     """`cell`: weight_ih_l{k} [3H, in], weight_hh_l{k} [3H, H], bias_ih_l{k}, bias_hh_l{k}, as in nn.GRU."""
 
-    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False):
+    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
+                 residual: bool = False):
         super().__init__()
-        self.layers, self.dropout, self.compiled = layers, dropout, compiled
+        self.layers, self.dropout, self.compiled, self.residual = layers, dropout, compiled, residual
         for k in range(layers):
             in_k = input_size if k == 0 else hidden
             setattr(self, f"weight_ih_l{k}", nn.Parameter(torch.empty(3 * hidden, in_k)))
             setattr(self, f"weight_hh_l{k}", nn.Parameter(torch.empty(3 * hidden, hidden)))
             setattr(self, f"bias_ih_l{k}", nn.Parameter(torch.empty(3 * hidden)))
             setattr(self, f"bias_hh_l{k}", nn.Parameter(torch.empty(3 * hidden)))
-        bound = 1.0 / math.sqrt(hidden)  # nn.GRU's init
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
 
     def forward(self, x, h0, return_gates=False):
         return gru_cell_forward(x, h0, torch_layout(self, self.layers), self.dropout, self.training, return_gates,
-                                self.compiled)
+                                self.compiled, self.residual)
 
 
 class GRULM(nn.Module):
@@ -84,18 +80,23 @@ class GRULM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         between = cfg.dropout if cfg.layers > 1 else 0.0
         if cfg.impl == "torch":
-            self.rnn = nn.GRU(cfg.emb_dim, cfg.hidden_dim, cfg.layers, batch_first=True, dropout=between)
+            self.rnn = library_stack(nn.GRU, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
         else:
-            self.rnn = GRUCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile)
+            self.rnn = GRUCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        init_recurrence(self.torch_layout(), cfg.hidden_dim)
 
     def torch_layout(self):
         return torch_layout(self.rnn, self.cfg.layers)
 
     @torch.no_grad()
     def copy_weights_from(self, other: "GRULM") -> "GRULM":
-        """Same parameter names in both impls, so a state_dict copy maps them."""
-        self.load_state_dict(other.state_dict())
+        """Make this model compute the same function as `other`, whatever either's impl (same sizes required)."""
+        self.embedding.weight.copy_(other.embedding.weight)
+        self.head.load_state_dict(other.head.state_dict())
+        for mine, theirs in zip(self.torch_layout(), other.torch_layout()):
+            for m, t in zip(mine, theirs):
+                m.copy_(t)
         return self
 
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
@@ -107,12 +108,13 @@ class GRULM(nn.Module):
             state = (zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x) if state is None
                      else state.float())
             gates = None
-            if isinstance(self.rnn, nn.GRU):
+            if isinstance(self.rnn, (nn.GRU, nn.ModuleList)):
+                between = self.cfg.dropout if self.cfg.layers > 1 else 0.0
                 if return_gates:
-                    out, state, gates = gru_cell_forward(x, state, self.torch_layout(), self.rnn.dropout,
-                                                         self.training, True)
+                    out, state, gates = gru_cell_forward(x, state, self.torch_layout(), between, self.training, True,
+                                                         residual=self.cfg.residual)
                 else:
-                    out, state = self.rnn(x, state)
+                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
         return self.head(out[:, -1:] if last_only else out), state, gates

@@ -19,13 +19,12 @@ map between them by plain copies (`LSTMLM.copy_weights_from`), and every impleme
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Embedding, OutputHead, fp32_recurrence, maybe_compiled, zeros_state
+from .common import (Embedding, OutputHead, fp32_recurrence, init_recurrence, maybe_compiled, stack_layers,
+                     zeros_state)
 from .config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -63,25 +62,20 @@ def _unroll(step, inputs, h, c, return_gates):
     return torch.stack(outs, 1), h, c, per_t
 
 
-def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates):
+def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates, residual=False):
     """Shared multi-layer driver: layer_fn(k, x, h0, c0) -> (out [B,T,H], h, c, gates per t or None).
-    Dropout sits between layers only, exactly where nn.LSTM(dropout=p) puts it."""
+    Dropout sits between layers only, exactly where nn.LSTM(dropout=p) puts it (common.stack_layers)."""
     h0, c0 = state
-    hs, cs, gates = [], [], {name: [] for name in GATES}
-    for k in range(n_layers):
-        if k > 0 and dropout > 0:
-            x = F.dropout(x, dropout, training)
-        x, h, c, layer_gates = layer_fn(k, x, h0[k], c0[k])
-        hs.append(h)
-        cs.append(c)
-        if return_gates:
-            for name, values in zip(GATES, layer_gates):
-                gates[name].append(torch.stack(values, 1))  # [B, T, H]
-    gates = {name: torch.stack(gates[name]) for name in ("i", "f", "o", "g")} if return_gates else None
+    x, per_layer = stack_layers(x, n_layers, lambda k, x: layer_fn(k, x, h0[k], c0[k]), dropout, training, residual)
+    hs, cs, layer_gates = zip(*per_layer)
+    gates = None
+    if return_gates:  # per layer, per gate: a list over t of [B, H] -> [layers, B, T, H]
+        gates = {name: torch.stack([torch.stack(g[GATES.index(name)], 1) for g in layer_gates])
+                 for name in ("i", "f", "o", "g")}
     return x, (torch.stack(hs), torch.stack(cs)), gates
 
 
-def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False):
+def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False, residual=False):
     """The docs' equations over a sequence, for any weights in nn.LSTM layout: [(w_ih, w_hh, b_ih, b_hh)] per layer.
     Also how impl `torch` exposes its gates: this runs on nn.LSTM's own parameters."""
     step = maybe_compiled(cell_step, compiled)
@@ -91,30 +85,24 @@ def cell_forward(x, state, weights, dropout, training, return_gates, compiled=Fa
         x_proj = F.linear(x, w_ih, b_ih)  # [B, T, 4H], one matmul for the whole sequence
         return _unroll(lambda x_t, h, c: step(x_t, h, c, w_hh, b_hh), x_proj, h, c, return_gates)
 
-    return _run_layers(x, state, len(weights), layer, dropout, training, return_gates)
-
-
-def _init_uniform(module: nn.Module, hidden: int):
-    # nn.LSTM's own init, U(-1/sqrt(H), 1/sqrt(H)), so every impl starts from the same distribution.
-    bound = 1.0 / math.sqrt(hidden)
-    for p in module.parameters():
-        nn.init.uniform_(p, -bound, bound)
+    return _run_layers(x, state, len(weights), layer, dropout, training, return_gates, residual)
 
 
 class LSTMCellStack(nn.Module):
     """`cell`: parameters named and shaped as nn.LSTM's (weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H],
     bias_ih_l{k}, bias_hh_l{k}); rows k*H:(k+1)*H of each are gate k's W_i*, W_h*, b_i*, b_h*."""
 
-    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False):
+    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
+                 residual: bool = False):
         super().__init__()
         self.hidden, self.layers, self.dropout, self.compiled = hidden, layers, dropout, compiled
+        self.residual = residual
         for k in range(layers):
             in_k = input_size if k == 0 else hidden
             setattr(self, f"weight_ih_l{k}", nn.Parameter(torch.empty(4 * hidden, in_k)))
             setattr(self, f"weight_hh_l{k}", nn.Parameter(torch.empty(4 * hidden, hidden)))
             setattr(self, f"bias_ih_l{k}", nn.Parameter(torch.empty(4 * hidden)))
             setattr(self, f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * hidden)))
-        _init_uniform(self, hidden)
 
     def torch_layout(self):
         return torch_layout(self, self.layers)
@@ -126,20 +114,22 @@ class LSTMCellStack(nn.Module):
                     mine.copy_(w)
 
     def forward(self, x, state, return_gates=False):
-        return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, return_gates, self.compiled)
+        return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, return_gates, self.compiled,
+                            self.residual)
 
 
 class ConcatLSTMStack(nn.Module):
     """`concat`: per layer one weight_l{k} [4H, H + in] acting on [h_{t-1}; x_t] and one bias_l{k} [4H]."""
 
-    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False):
+    def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
+                 residual: bool = False):
         super().__init__()
         self.hidden, self.layers, self.dropout, self.compiled = hidden, layers, dropout, compiled
+        self.residual = residual
         for k in range(layers):
             in_k = input_size if k == 0 else hidden
             setattr(self, f"weight_l{k}", nn.Parameter(torch.empty(4 * hidden, hidden + in_k)))
             setattr(self, f"bias_l{k}", nn.Parameter(torch.empty(4 * hidden)))
-        _init_uniform(self, hidden)
 
     def torch_layout(self):
         """The equivalent nn.LSTM-layout weights: W_hh = W[:, :H], W_ih = W[:, H:], b_ih = b, b_hh = 0."""
@@ -163,13 +153,42 @@ class ConcatLSTMStack(nn.Module):
             w, b = getattr(self, f"weight_l{k}"), getattr(self, f"bias_l{k}")
             return _unroll(lambda x_t, h, c: step(x_t, h, c, w, b), x, h, c, return_gates)
 
-        return _run_layers(x, state, self.layers, layer, self.dropout, self.training, return_gates)
+        return _run_layers(x, state, self.layers, layer, self.dropout, self.training, return_gates, self.residual)
 
 
 def torch_layout(module: nn.Module, layers: int):
-    """[(weight_ih, weight_hh, bias_ih, bias_hh)] per layer of an nn.LSTM/nn.GRU or a module named like one."""
-    return [tuple(getattr(module, f"{n}_l{k}") for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-            for k in range(layers)]
+    """[(weight_ih, weight_hh, bias_ih, bias_hh)] per layer of an nn.LSTM/nn.GRU/nn.RNN, a module named like one,
+    or a ModuleList of one-layer ones (the residual stacks, see library_stack)."""
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    if isinstance(module, nn.ModuleList):
+        return [tuple(getattr(m, f"{n}_l0") for n in names) for m in module]
+    return [tuple(getattr(module, f"{n}_l{k}") for n in names) for k in range(layers)]
+
+
+def library_stack(cls, input_size: int, hidden: int, layers: int, dropout: float, residual: bool, **kw):
+    """PyTorch's fused multi-layer RNN/LSTM/GRU, or with `residual` one single-layer module per layer (the fused
+    kernel has no place to add a layer's input to its output); either way torch_layout reads its weights."""
+    if residual and layers > 1:
+        return nn.ModuleList(cls(input_size if k == 0 else hidden, hidden, 1, batch_first=True, **kw)
+                             for k in range(layers))
+    return cls(input_size, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0, **kw)
+
+
+def run_library_stack(rnn, x, state, dropout: float, training: bool, residual: bool):
+    """Forward of library_stack's module: state is h or (h, c), each [layers, B, H]."""
+    if not isinstance(rnn, nn.ModuleList):
+        return rnn(x, state)
+    pair = isinstance(state, tuple)
+
+    def layer(k, x):
+        s = tuple(t[k:k + 1] for t in state) if pair else state[k:k + 1]
+        return rnn[k](x, s)
+
+    x, per_layer = stack_layers(x, len(rnn), layer, dropout, training, residual)
+    states = [s for (s,) in per_layer]
+    if pair:
+        return x, tuple(torch.cat(parts) for parts in zip(*states))
+    return x, torch.cat(states)
 
 
 class LSTMLM(nn.Module):
@@ -180,16 +199,17 @@ class LSTMLM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         between = cfg.dropout if cfg.layers > 1 else 0.0
         if cfg.impl == "torch":
-            self.rnn = nn.LSTM(cfg.emb_dim, cfg.hidden_dim, cfg.layers, batch_first=True, dropout=between)
+            self.rnn = library_stack(nn.LSTM, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
         elif cfg.impl == "cell":
-            self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile)
+            self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
         else:
-            self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile)
+            self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        init_recurrence(self.torch_layout(), cfg.hidden_dim, forget_block=GATES.index("f"))
 
     def torch_layout(self):
         """This model's recurrent weights as nn.LSTM would hold them, per layer (w_ih, w_hh, b_ih, b_hh)."""
-        if isinstance(self.rnn, nn.LSTM):
+        if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
             return torch_layout(self.rnn, self.cfg.layers)
         return self.rnn.torch_layout()
 
@@ -198,7 +218,7 @@ class LSTMLM(nn.Module):
         """Make this model compute the same function as `other`, whatever either's impl (same sizes required)."""
         self.embedding.weight.copy_(other.embedding.weight)
         self.head.load_state_dict(other.head.state_dict())
-        if isinstance(self.rnn, nn.LSTM):
+        if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
             for mine, theirs in zip(self.torch_layout(), other.torch_layout()):
                 for m, t in zip(mine, theirs):
                     m.copy_(t)
@@ -217,14 +237,15 @@ class LSTMLM(nn.Module):
                 state = (z, z)
             state = tuple(s.float() for s in state)
             gates = None
-            if isinstance(self.rnn, nn.LSTM):
+            if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
+                between = self.cfg.dropout if self.cfg.layers > 1 else 0.0
                 if return_gates:
                     # The fused kernel hides its gates: run the docs' equations on nn.LSTM's own parameters instead
                     # (the same function, so the outputs agree with nn.LSTM's to float rounding).
-                    out, state, gates = cell_forward(x, state, self.torch_layout(), self.rnn.dropout, self.training,
-                                                     True)
+                    out, state, gates = cell_forward(x, state, self.torch_layout(), between, self.training, True,
+                                                     residual=self.cfg.residual)
                 else:
-                    out, state = self.rnn(x, state)
+                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
         return self.head(out[:, -1:] if last_only else out), state, gates

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Embedding, OutputHead, fp32_recurrence
+from .common import Embedding, OutputHead, fp32_recurrence, init_recurrence, zeros_state
+from .lstm import library_stack, run_library_stack, torch_layout
 from .config import ModelConfig
 
 
@@ -15,16 +16,20 @@ class RNNLM(nn.Module):
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
         self.drop = nn.Dropout(cfg.dropout)
         # nn.RNN's own dropout acts between layers only, the same place the hand-written LSTM/GRU put it.
-        self.rnn = nn.RNN(cfg.emb_dim, cfg.hidden_dim, cfg.layers, nonlinearity="tanh", batch_first=True,
-                          dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.rnn = library_stack(nn.RNN, cfg.emb_dim, cfg.hidden_dim, cfg.layers, cfg.dropout, cfg.residual,
+                                 nonlinearity="tanh")
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        init_recurrence(torch_layout(self.rnn, cfg.layers), cfg.hidden_dim)
 
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
         """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only); state h [layers, B, H] (None = zeros).
         An RNN has no gates."""
         x = self.drop(self.embedding(tokens))
         with fp32_recurrence(x):  # see common.fp32_recurrence
-            out, state = self.rnn(x.float(), None if state is None else state.float())
+            if state is None:
+                state = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x.float())
+            out, state = run_library_stack(self.rnn, x.float(), state.float(), self.cfg.dropout if self.cfg.layers > 1
+                                           else 0.0, self.training, self.cfg.residual)
         return self.head(out[:, -1:] if last_only else out), state, ({} if return_gates else None)
 
     @staticmethod

@@ -14,10 +14,11 @@ DEFAULTS = {
     "optimizer": "adam", "lr": 0.003, "momentum": 0.0, "weight_decay": 0.0, "clip": 1.0,
     "lr_decay": 0.5, "lr_patience": 0, "early_stop_patience": 3,
     "emb_dim": 64, "hidden_dim": 64, "dropout": 0.0, "tie_weights": False, "activation": "tanh", "direct": False,
-    "heads": 4, "compile": False,
+    "heads": 4, "residual": False, "compile": False,
     "precision": "32-true", "accelerator": "auto", "devices": 1, "deterministic": True, "log_every": 200,
 }
-MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "compile")
+MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "residual",
+              "compile")
 # Settings that change how a run is displayed or placed, not what it computes: not part of the fingerprint.
 # `devices` too: the batch sizes are global (split across the DDP processes), so the run computes the same.
 NOT_FINGERPRINTED = ("log_every", "accelerator", "devices")
