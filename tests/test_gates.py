@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from lmgrid.gate_facts import saturation_bounds
 from lmgrid.models import ModelConfig, build_model
 from lmgrid.neural import gates
 from lmgrid.neural.data import IGNORE, sentence_rows, window_examples
@@ -58,8 +59,8 @@ def test_stream_tail_padding_is_not_counted():
 
 
 def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
-    assert gates.saturation_bounds("g") == (-0.9, 0.9)
-    assert gates.saturation_bounds("f") == (0.1, 0.9)
+    assert saturation_bounds("g") == (-0.9, 0.9)
+    assert saturation_bounds("f") == (0.1, 0.9)
     s = gates._Sums("g")
     acts = torch.tensor([-0.95, -0.5, 0.0, 0.5, 0.95, 0.99]).view(1, 1, 6, 1)
     s.add(acts, torch.ones(1, 1, 6, 1, dtype=torch.float64), (1, 2))

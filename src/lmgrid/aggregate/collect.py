@@ -12,7 +12,7 @@ from .layout import GATED_ARCHS, model_label
 
 KEY_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed"]
 LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
-GATE_COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_below_0.1", "frac_above_0.9", "count"]
+GATE_COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated", "count"]
 
 
 def key_fields(key: RunKey) -> dict:

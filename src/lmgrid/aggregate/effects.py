@@ -6,6 +6,10 @@ gates.csv, window regime) against n_step.  Seeds are the independent replicates:
 least-squares slope over its n_step values, and the interval is the t interval of the mean slope
 (df = seeds - 1).  With a single seed the interval falls back to the ordinary least-squares standard
 error of the slope over the n_step points (df = points - 2), which ignores seed-to-seed variation.
+
+Points where the gate never receives a gradient (the LSTM forget gate at n_step 2, lmgrid.gate_facts) are left
+out of the fit: their mean is the gate's initial value, not an effect of the window.  The table lists them in
+`untrained_n_steps`, and the plot draws them hollow.
 """
 from __future__ import annotations
 
@@ -17,11 +21,12 @@ import pandas as pd
 from scipy import stats
 
 from ..errors import atomic_write
+from ..gate_facts import gate_gets_gradient
 from .tables import _latex_escape, html_page
 
 CONFIDENCE = 0.95
-COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "gate_mean_first", "gate_mean_last",
-           "slope_per_token", "ci_low", "ci_high", "method", "direction"]
+COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "untrained_n_steps", "gate_mean_first",
+           "gate_mean_last", "slope_per_token", "ci_low", "ci_high", "method", "direction"]
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -32,6 +37,9 @@ def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataF
     df = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
     rows = []
     for (model, layers, layer, gate), g in df.groupby(["model", "layers", "layer", "gate"], sort=True):
+        trained = np.array([gate_gets_gradient(gate, "window", int(n)) for n in g["n_step"]], dtype=bool)
+        untrained = " ".join(str(int(s)) for s in sorted(g.loc[~trained, "n_step"].unique()))
+        g = g[trained]
         steps = sorted(g["n_step"].unique())
         if len(steps) < 2:
             continue
@@ -55,6 +63,7 @@ def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataF
         by_step = g.groupby("n_step")["mean"].mean()
         rows.append({"model": model, "layers": layers, "layer": int(layer), "gate": gate,
                      "seeds": int(g["seed"].nunique()), "n_steps": " ".join(str(int(s)) for s in steps),
+                     "untrained_n_steps": untrained,
                      "gate_mean_first": by_step.iloc[0], "gate_mean_last": by_step.iloc[-1],
                      "slope_per_token": slope, "ci_low": lo, "ci_high": hi, "method": method,
                      "direction": direction})
@@ -73,12 +82,16 @@ def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path,
                        for a, b in zip(effects["ci_low"], effects["ci_high"])],
         "mean at first/last n": [f"{a:.3f} → {b:.3f}" for a, b in zip(effects["gate_mean_first"],
                                                                         effects["gate_mean_last"])],
-    })[["model", "layers", "layer", "gate", "seeds", "mean at first/last n", "slope (per token)", f"{pct}% CI",
-        "direction"]]
+        "fitted n_step": effects["n_steps"],
+        "left out (no gradient)": effects["untrained_n_steps"].replace("", "–"),
+    })[["model", "layers", "layer", "gate", "seeds", "fitted n_step", "left out (no gradient)", "mean at first/last n",
+        "slope (per token)", f"{pct}% CI", "direction"]]
     md = [f"## Gate means against n_step, study `{name}`", "",
           f"Slope of the mean gate activation per extra context token, {pct}% CI "
           f"({effects['method'].iloc[0] if len(effects) else 'no data'}). "
-          "`direction` is `rises`/`falls` only when the interval excludes 0. Layers count from 0.", "",
+          "`direction` is `rises`/`falls` only when the interval excludes 0. Layers count from 0. "
+          "n_step values where the gate gets no gradient (the LSTM forget gate at n_step 2 only ever multiplies a "
+          "zero cell state) are left out of the fit and listed.", "",
           show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)", ""]
     with atomic_write(md_path) as fh:
         fh.write("\n".join(md))
@@ -95,6 +108,7 @@ def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path,
         fh.write("\n".join(tex))
     note = (f"<p>Slope of the mean gate activation per extra context token with its {pct}% confidence interval "
             f"({escape(effects['method'].iloc[0]) if len(effects) else 'no data'}); <i>direction</i> is rises/falls "
-            "only when the interval excludes 0. Layers count from 0.</p>")
+            "only when the interval excludes 0. Layers count from 0. n_step values where the gate gets no gradient "
+            "(the LSTM forget gate at n_step 2) are left out of the fit and listed.</p>")
     with atomic_write(html_path) as fh:
         fh.write(html_page(f"Gate means against n_step, study {name}", [note, show.to_html(index=False, border=0)]))

@@ -83,7 +83,7 @@ def write_gates(path: Path, key: RunKey, rng: np.random.Generator, units: int) -
                 rows.append(["unit", layer, gate, u, mean, 0.2, round(below, 4), round(above, 4), 1000])
     with atomic_write(path) as fh:
         w = csv.writer(fh)
-        w.writerow(["scope", "layer", "gate", "index", "mean", "std", "frac_below_0.1", "frac_above_0.9", "count"])
+        w.writerow(["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated", "count"])
         for r in rows:
             w.writerow([f"{v:.6f}" if isinstance(v, float) else v for v in r])
 

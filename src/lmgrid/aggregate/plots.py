@@ -16,6 +16,7 @@ from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import atomic_write  # noqa: E402
+from ..gate_facts import gate_gets_gradient, saturation_bounds  # noqa: E402
 
 GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o", "g": "candidate g",
               "z": "update gate z", "r": "reset gate r"}
@@ -186,6 +187,13 @@ def gate_means(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
                 per = s.groupby("n_step")["mean"].agg(["mean", "std"]).reset_index()
                 ax.errorbar(per["n_step"], per["mean"], yerr=per["std"].fillna(0), capsize=3, marker="o", ms=4,
                             color=colours[name], label=name)
+                # A gate that gets no gradient at this n_step (lmgrid.gate_facts): hollow, and said so.
+                dead = per[[not gate_gets_gradient(gate, "window", int(n)) for n in per["n_step"]]]
+                if len(dead):
+                    ax.plot(dead["n_step"], dead["mean"], "o", ms=9, mfc="white", mec=colours[name], zorder=3)
+                    for n, m in zip(dead["n_step"], dead["mean"]):
+                        ax.annotate("no gradient\n(initial value)", (n, m), textcoords="offset points", xytext=(6, 6),
+                                    fontsize=7, color="grey")
             ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer}")
             ax.set_xticks(sorted(p["n_step"].unique()))
             ax.set_xlabel("n_step (window length, tokens)")
@@ -197,7 +205,7 @@ def gate_means(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
 
 
 def saturation(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
-    """Per-unit fraction of time left-saturated (< 0.1) against right-saturated (> 0.9), after
+    """Per-unit fraction of time left-saturated (< 0.1; g: < -0.9) against right-saturated (> 0.9), after
     Karpathy, Johnson & Fei-Fei (2015), one panel per gate and layer; the first seed of each cell."""
     df = gates[gates["scope"] == "unit"]
     df = df[df["seed"] == df.groupby(["n_step", "layers", "regime"])["seed"].transform("min")]
@@ -216,15 +224,16 @@ def saturation(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
             p = series[(series["layer"] == layer) & (series["gate"] == gate)]
             for name in names:
                 s = p[p["series"] == name]
-                ax.scatter(s["frac_below_0.1"], s["frac_above_0.9"], s=10, alpha=0.7, color=colours[name],
+                ax.scatter(s["frac_left_saturated"], s["frac_right_saturated"], s=10, alpha=0.7, color=colours[name],
                            label=name, edgecolors="none")
             ax.plot([0, 1], [1, 0], color="grey", lw=0.8, ls=":")
             ax.set_xlim(-0.02, 1.02)
             ax.set_ylim(-0.02, 1.02)
             ax.set_aspect("equal")
             ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer}")
-            ax.set_xlabel("Fraction of steps < 0.1")
-            ax.set_ylabel("Fraction of steps > 0.9")
+            low, high = saturation_bounds(gate)
+            ax.set_xlabel(f"Fraction of steps < {low:g}")
+            ax.set_ylabel(f"Fraction of steps > {high:g}")
         if panels:
             axes[0].legend(frameon=False, markerscale=1.5, loc="upper right")
         fig.suptitle(title)

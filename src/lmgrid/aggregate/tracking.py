@@ -139,7 +139,7 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
     if (run_dir / "gates.csv").is_file():
         g = read_gates(run_dir / "gates.csv")
         for _, row in g[g["scope"] == "all"].iterrows():
-            for col in ("mean", "std", "frac_below_0.1", "frac_above_0.9"):
+            for col in ("mean", "std", "frac_left_saturated", "frac_right_saturated"):
                 final[f"gates/l{int(row['layer'])}/{row['gate']}/{col}"] = float(row[col])
         for _, row in g[g["scope"] == "position"].iterrows():
             history.append((f"gates_by_position/l{int(row['layer'])}/{row['gate']}/mean", float(row["mean"]),

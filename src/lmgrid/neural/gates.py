@@ -22,18 +22,13 @@ import io
 import torch
 
 from lmgrid.errors import atomic_write
+from lmgrid.gate_facts import saturation_bounds
 
 from .data import IGNORE
 
 COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated",
            "count"]
 GATED_ARCHS = ("lstm", "gru")
-TANH_GATES = ("g",)  # range -1..1; every other gate is a sigmoid
-SATURATION = {"sigmoid": (0.1, 0.9), "tanh": (-0.9, 0.9)}  # (left below, right above)
-
-
-def saturation_bounds(gate: str) -> tuple[float, float]:
-    return SATURATION["tanh" if gate in TANH_GATES else "sigmoid"]
 
 
 class _Sums:

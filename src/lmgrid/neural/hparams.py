@@ -12,7 +12,7 @@ DEFAULTS = {
     "epochs": 2, "batch_size": 128, "stream_batch_size": 20, "eval_batch_size": 256, "stream_eval_batch_size": 10,
     "bptt": 35, "max_train_tokens": 0,
     "optimizer": "adam", "lr": 0.003, "momentum": 0.0, "weight_decay": 0.0, "clip": 1.0,
-    "lr_decay": 0.5, "lr_patience": 0, "early_stop_patience": 3,
+    "lr_decay": 0.5, "lr_patience": 0, "early_stop_patience": 3, "early_stop_min_delta": 0.0,
     "emb_dim": 64, "hidden_dim": 64, "dropout": 0.0, "tie_weights": False, "activation": "tanh", "direct": False,
     "heads": 4, "residual": False, "compile": False,
     "precision": "32-true", "accelerator": "auto", "devices": 1, "deterministic": True, "log_every": 200,

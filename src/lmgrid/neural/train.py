@@ -147,7 +147,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
               f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {start}", flush=True)
 
     early = EarlyStopping(monitor="valid_loss", mode="min", patience=hp["early_stop_patience"],
-                          check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
+                          min_delta=hp["early_stop_min_delta"], check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
