@@ -315,3 +315,25 @@ def test_residual_adds_each_layers_input_from_the_second_layer_on(arch):
     residual = make(arch, layers=2, n_step=T + 1, residual=True).eval()
     assert residual(tokens(32))[0].shape == plain(tokens(32))[0].shape
     assert not torch.allclose(residual(tokens(32))[0], plain(tokens(32))[0])
+
+
+@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell")),
+                                        ("rnn", ("torch",))])
+def test_recurrences_run_in_float32_under_bf16_autocast(arch, impls):
+    """bf16-mixed: the output layer runs in bf16, every recurrence in float32, so the impls stay comparable."""
+    ref = make(arch, impls[0], layers=2).eval()
+    x = tokens(41)
+    plain, _, _ = ref(x)
+    for impl in impls:
+        model = make(arch, impl, seed=9, layers=2).eval()
+        if impl != impls[0]:
+            model.copy_weights_from(ref)
+        else:
+            model = ref
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, state, _ = model(x)
+        assert logits.dtype == torch.bfloat16  # the head ran under autocast
+        for s in (state if isinstance(state, tuple) else (state,)):
+            assert s.dtype == torch.float32  # the recurrence did not
+        # Only the bf16 output layer rounds: within bf16's precision of the float32 logits.
+        assert torch.allclose(logits.float(), plain, atol=0.05, rtol=0.02), impl
