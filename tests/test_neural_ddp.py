@@ -178,9 +178,10 @@ def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
     t0 = time.time()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if line.startswith("lmgrid: error:")]
-    assert errors and all(e == "lmgrid: error: training loss became nan at epoch 1, step 3 on process 1 of 2: "
-                                "lower the learning rate (lr=0.003)" for e in errors), done.stderr[-3000:]
+    # Both processes print the line; written at the same instant, the two can share a line of stderr.
+    expected = ("lmgrid: error: training loss became nan at epoch 1, step 3 on process 1 of 2: "
+                "lower the learning rate (lr=0.003)")
+    assert done.stderr.count("lmgrid: error:") == done.stderr.count(expected) >= 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert time.time() - t0 < 240
     assert not (tmp_path / key.run_dir("c") / "metrics.json").exists()

@@ -72,8 +72,9 @@ class LMModule(pl.LightningModule):
     def reset_train_totals(self):
         # Summed on the device, step after step, and read on the host only every finite_check_every steps, when a
         # progress line is printed and at the epoch's end: a per-step float()/int()/`if loss` would stall a GPU.
-        # [NLL sum, target count, first non-finite step (0 = none), that step's loss]
+        # [NLL sum, target count, steps this epoch, first non-finite step of the epoch (0 = none), that step's loss]
         self._train_sums = None
+        self._epoch_start_step = self.global_step if self._trainer is not None else 0
         self._train_totals = None  # (nll, count) over every process, fixed when the epoch's validation ends
 
     def _running_train_totals(self) -> tuple[float, int]:
@@ -132,25 +133,32 @@ class LMModule(pl.LightningModule):
         return loss
 
     def _add_train_step(self, nll: torch.Tensor, n: torch.Tensor, loss: torch.Tensor) -> None:
+        # Device-side only: no host value enters (a host scalar copied to the GPU would synchronise too).
         if self._train_sums is None:
-            self._train_sums = torch.zeros(4, dtype=torch.float64, device=nll.device)
+            self._train_sums = torch.zeros(5, dtype=torch.float64, device=nll.device)
         sums = self._train_sums
         sums[0] += nll.double()
         sums[1] += n
-        first_bad = ~torch.isfinite(loss) & (sums[2] == 0)
-        sums[2:] = torch.where(first_bad, torch.stack([torch.tensor(float(self.global_step + 1), device=nll.device,
-                                                                    dtype=torch.float64), loss.double()]), sums[2:])
+        sums[2] += 1
+        first_bad = ~torch.isfinite(loss) & (sums[3] == 0)
+        sums[3] = torch.where(first_bad, sums[2], sums[3])
+        sums[4] = torch.where(first_bad, loss.double(), sums[4])
 
     def check_finite(self) -> None:
         """Raise the one-line error if a training loss so far this epoch was NaN or inf.  Under DDP the check is
         a collective that every process makes at the same step, so all of them stop together with the same line
         (one process raising alone would leave the others waiting in their next all-reduce until it times out)."""
-        bad = (self._train_sums[2:] if self._train_sums is not None
+        bad = (self._train_sums[3:] if self._train_sums is not None
                else torch.zeros(2, dtype=torch.float64, device=self.device))
-        per_process = self.all_gather(bad).reshape(-1, 2).tolist()  # [[first bad step (0 = none), its loss], ...]
+        if self.trainer.world_size > 1:
+            parts = [torch.empty_like(bad) for _ in range(self.trainer.world_size)]
+            torch.distributed.all_gather(parts, bad.contiguous())
+            bad = torch.stack(parts)
+        per_process = bad.reshape(-1, 2).tolist()  # [[first bad step (0 = none), its loss], ...] per process
         hits = sorted((step, rank, value) for rank, (step, value) in enumerate(per_process) if step > 0)
         if hits:
             step, rank, value = hits[0]
+            step += self._epoch_start_step  # the run's optimizer step, as Lightning counts them
             on = f" on process {rank} of {len(per_process)}" if len(per_process) > 1 else ""
             raise LmgridError(
                 f"training loss became {value} at epoch {self.current_epoch + 1}, step {int(step)}{on}: "
