@@ -78,7 +78,12 @@ class TransformerLM(nn.Module):
             raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}")
         keep = self.cfg.max_len - T
         inp = tokens if state is None or keep == 0 else torch.cat([state[:, -keep:], tokens], 1)
-        x = self.drop(self.embedding(inp) + self.position(torch.arange(inp.shape[1], device=tokens.device)))
+        # Positions are counted back from the end of the longest input (right-aligned): the chunk being predicted
+        # always sits at the same positions, whether or not a previous chunk precedes it (a row's first chunk), so
+        # the stream PPL does not depend on how often a layout starts a row.  A window (always max_len long) is
+        # unaffected.
+        first = self.cfg.max_len - inp.shape[1]
+        x = self.drop(self.embedding(inp) + self.position(torch.arange(first, self.cfg.max_len, device=tokens.device)))
         for block in self.blocks:
             x = block(x)
         x = x[:, -1:] if last_only else x[:, -T:]  # only the new positions are predicted
