@@ -24,6 +24,18 @@ include: "workflow/rules/aggregate.smk"
 report: "workflow/report/workflow.rst"
 
 
+onstart:
+    start_warm_server()
+
+
+onsuccess:
+    stop_warm_server()
+
+
+onerror:
+    stop_warm_server()
+
+
 rule all:
     input:
         f"results/{CORPUS}/summary.csv",

@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lmgrid", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
+    s = sub.add_parser("warm-server", help="fork training jobs from one process that imported torch once")
+    s.add_argument("--socket", required=True, help="Unix socket path (exported as LMGRID_WARM_SOCKET)")
+    s.add_argument("--parent-pid", type=int, required=True, help="exit when this process (the workflow) is gone")
+    s.add_argument("--idle-s", type=float, default=600.0, help="exit after this long without a job")
+    s.set_defaults(func=cmd_warm_server)
+
     s = sub.add_parser("synth", help="sample the synthetic corpus with per-sentence oracle log-probs")
     s.add_argument("--out-dir", required=True)
     s.add_argument("--seed", type=int, default=1)
@@ -153,7 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def cmd_warm_server(a) -> None:
+    from .warm import serve
+
+    serve(a.socket, a.parent_pid, a.idle_s)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        from .warm import run_via_server  # a training job runs in a warm process when the workflow started one
+
+        status = run_via_server(argv)
+        if status is not None:
+            return status
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

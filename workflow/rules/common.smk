@@ -104,3 +104,40 @@ def train_gpu(wildcards):
         return 0
     asks = resolve_hparams(config.get("train", {}), wildcards.arch)["accelerator"] in ("gpu", "cuda")
     return _devices(wildcards) if asks else 0
+
+
+# Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.warm;
+# about 8.5 s saved per job on 2 cores). Each job stays its own Snakemake job; on a cluster, or with LMGRID_WARM=0,
+# jobs start their own interpreter as before.
+def start_warm_server():
+    import subprocess
+    import tempfile
+
+    from lmgrid.runkey import NEURAL_ARCHS
+    from lmgrid.warm import SOCKET_ENV
+
+    if not workflow.local_exec or os.environ.get("LMGRID_WARM", "1") == "0":
+        return
+    if not any(key.arch in NEURAL_ARCHS for key in all_runs(config["studies"])):
+        return
+    path = os.path.join(tempfile.mkdtemp(prefix="lmgrid-warm-"), "train.sock")
+    os.makedirs(f"results/{CORPUS}/logs", exist_ok=True)
+    with open(f"results/{CORPUS}/logs/warm_server.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "lmgrid", "warm-server", "--socket", path,
+                                 "--parent-pid", str(os.getpid())], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    os.environ[SOCKET_ENV] = path
+    WARM_SERVER.append(proc)
+
+
+def stop_warm_server():
+    for proc in WARM_SERVER:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except Exception:
+            proc.kill()
+    WARM_SERVER.clear()
+
+
+WARM_SERVER = []

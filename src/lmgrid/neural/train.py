@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import time
 import warnings
@@ -206,6 +207,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
         "stopped_because": "early_stopping" if rows and rows[-1]["stopped"] else "max_epochs",
         "wall_s": 0.0,
+        # This process's own CPU time and peak RSS: a job run in a warm server's child (lmgrid.warm) has them
+        # here, not in its Snakemake benchmark file.
+        "cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 3),
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "device": _device_name(device, devices),
         "precision": precision,
         "torch_version": torch.__version__,
