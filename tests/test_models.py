@@ -167,7 +167,7 @@ def test_shapes_of_logits_state_and_gates(arch, impl):
     if arch == "ffnn":
         assert state is None and state2 is None and model.detach_state(state) is None
     elif arch == "transformer":  # its state is the tokens read so far, the context of the next chunk
-        assert torch.equal(state, tokens(12, t=t)) and state2.shape == (B, min(2 * T, model.cfg.max_len))
+        assert torch.equal(state, tokens(12, t=t)) and torch.equal(state2, tokens(13, t=t))  # context_len 0: no context kept
     elif arch == "lstm":
         assert [s.shape for s in state] == [(LAYERS, B, HID)] * 2
     else:
@@ -282,16 +282,23 @@ def test_transformer_rejects_inputs_longer_than_max_len():
 
 
 def test_transformer_reads_a_chunk_after_the_previous_one():
-    """With the previous chunk as state, a chunk's logits are those of the whole text at the chunk's positions."""
-    model = make("transformer", heads=4, max_len=2 * T).eval()
+    """Stream mode (context_len): a chunk attends to the latest context_len tokens before it, and a token's logits
+    depend neither on tokens after it nor on whether a previous chunk exists beyond what it attends to."""
+    model = make("transformer", heads=4, max_len=2 * T, context_len=T).eval()
     first, second = tokens(21, t=T), tokens(22, t=T)
-    whole, _, _ = model(torch.cat([first, second], 1))
     _, state, _ = model(first)
-    chunk, _, _ = model(second, state)
-    assert torch.allclose(chunk, whole[:, T:], atol=1e-5)
-    # Only the latest max_len - T tokens of the state are attended to.
-    _, state3, _ = model(second, torch.cat([tokens(23, t=T), first], 1))
-    assert torch.equal(state3, torch.cat([first, second], 1))
+    chunk, state2, _ = model(second, state)
+    assert torch.equal(state2, torch.cat([first, second], 1))
+    # Only the latest context_len tokens of the state count.
+    older, _, _ = model(second, torch.cat([tokens(23, t=T), first], 1))
+    assert torch.allclose(older, chunk, atol=1e-6)
+    # The context changes the prediction (it is attended to) ...
+    assert not torch.allclose(model(second)[0], chunk, atol=1e-3)
+    # ... and padding after a token, as at a row's tail, does not (positions count from the chunk's start).
+    short, _, _ = model(second[:, :5], state)
+    assert torch.allclose(short, chunk[:, :5], atol=1e-5)
+    with pytest.raises(LmgridError, match="context_len"):
+        model(tokens(24, t=T + 1))
 
 
 @pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell"))])

@@ -7,6 +7,7 @@ BENCHMARKS = {
     "ngram": "lmgrid.bench.ngram",
     "lstm": "lmgrid.bench.lstm",
     "cells": "lmgrid.bench.cells",
+    "startup": "lmgrid.bench.startup",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:

@@ -36,6 +36,9 @@ class ModelConfig:
     direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
     heads: int = 4  # transformer attention heads; hidden_dim must be a multiple
     max_len: int = 512  # transformer: learned positions, so the longest input it accepts
+    # transformer, stream regime: how many tokens of the text before a chunk it attends to (its state); the chunk
+    # itself then starts at position context_len, with or without those tokens (0 = no state: the window regime).
+    context_len: int = 0
     # rnn, lstm, gru, ffnn: from the second layer on, a layer's input is added to its output (He et al. 2016; Wu et
     # al. 2016 for stacked LSTMs), so a deep stack starts out passing its input through.  The transformer always
     # has residual connections.
@@ -83,6 +86,7 @@ class ModelConfig:
         check_int("hidden_dim", 1)
         check_int("heads", 1)
         check_int("max_len", 1)
+        check_int("context_len", 0)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise bad("dropout", "is not allowed (must be a number in [0, 1))")
         if self.activation not in ACTIVATIONS:

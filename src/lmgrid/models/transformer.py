@@ -1,11 +1,14 @@
 """A small causal Transformer decoder (GPT-style): learned positions, pre-LayerNorm blocks
 (x + attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP), a final LayerNorm and the output layer.
 
-Width is cfg.hidden_dim (emb_dim is unused).  Its "state" is the text itself: the tokens before the current
-chunk, which it attends to as context but does not predict.  In the stream regime (max_len = 2 * bptt) each
-chunk of bptt tokens is read after the previous chunk of its row, so its first position attends to bptt earlier
-tokens and its last to 2 * bptt - 1, instead of the context resetting at every chunk boundary (as in
-Transformer-XL's segment recurrence, with tokens recomputed rather than cached hidden states).  The window regime
+Width is cfg.hidden_dim (emb_dim is unused).  Its "state" is the text itself: the latest cfg.context_len tokens
+before the current chunk, which it attends to but does not predict.  In the stream regime (context_len = bptt,
+max_len = 2 * bptt) each chunk of bptt tokens is read after the previous chunk of its row, so its first position
+attends to bptt earlier tokens and its last to 2 * bptt - 1, instead of the context resetting at every chunk
+boundary (as in Transformer-XL's segment recurrence, with tokens recomputed rather than cached hidden states).
+The chunk always starts at position context_len, whether or not a previous chunk precedes it (a row's first chunk
+has none), and positions count forward from there, so neither a row's start nor tail padding moves a token's
+position: the stream PPL does not depend on how a split is cut into rows.  The window regime (context_len 0)
 passes no state: a window is the whole context.
 """
 from __future__ import annotations
@@ -71,19 +74,18 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] (T <= max_len) -> logits [B, T, V] ([B, 1, V] with last_only); state: the tokens before
-        `tokens` (None = none), of which the latest max_len - T are attended to; returns the new state, no gates."""
-        T = tokens.shape[1]
-        if T > self.cfg.max_len:
-            raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}")
-        keep = self.cfg.max_len - T
-        inp = tokens if state is None or keep == 0 else torch.cat([state[:, -keep:], tokens], 1)
-        # Positions are counted back from the end of the longest input (right-aligned): the chunk being predicted
-        # always sits at the same positions, whether or not a previous chunk precedes it (a row's first chunk), so
-        # the stream PPL does not depend on how often a layout starts a row.  A window (always max_len long) is
-        # unaffected.
-        first = self.cfg.max_len - inp.shape[1]
-        x = self.drop(self.embedding(inp) + self.position(torch.arange(first, self.cfg.max_len, device=tokens.device)))
+        """tokens [B, T] (T <= max_len - context_len) -> logits [B, T, V] ([B, 1, V] with last_only); state: the
+        tokens before `tokens` (None = none), of which the latest context_len are attended to; returns the new
+        state (the tokens read so far, trimmed at the next call), no gates."""
+        T, context = tokens.shape[1], self.cfg.context_len
+        if context + T > self.cfg.max_len:
+            raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}"
+                              + (f" - context_len={context}" if context else ""))
+        prefix = state[:, max(state.shape[1] - context, 0):] if state is not None and context else tokens[:, :0]
+        inp = torch.cat([prefix, tokens], 1)
+        start = context - prefix.shape[1]  # the chunk's first token sits at position `context`, always
+        x = self.drop(self.embedding(inp) + self.position(torch.arange(start, start + inp.shape[1],
+                                                                       device=tokens.device)))
         for block in self.blocks:
             x = block(x)
         x = x[:, -1:] if last_only else x[:, -T:]  # only the new positions are predicted

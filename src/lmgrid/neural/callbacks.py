@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import time
 
 import pytorch_lightning as pl
@@ -90,6 +91,13 @@ class Progress(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._t = time.time()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        # For `python -m lmgrid.bench startup`: the wall clock at the run's first training step.
+        stamp = os.environ.get("LMGRID_FIRST_STEP_FILE")
+        if stamp and trainer.global_step == 0 and batch_idx == 0:
+            with open(stamp, "w") as fh:
+                fh.write(f"{time.time():.6f}\n")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.every > 0 and trainer.is_global_zero and (batch_idx + 1) % self.every == 0:

@@ -31,8 +31,9 @@ class NeuralLM:
     def _logprobs(self, x: torch.Tensor) -> torch.Tensor:
         """log-softmax at every position of x [B, T] -> [B, T, V], in stream order (state carried over chunks)."""
         out, state = [], None
-        # The transformer reads a stream in chunks of half its max_len, each after the previous (as it was trained).
-        step = max(1, self.max_len // 2) if self.model_is_stateless else self.max_len
+        # The transformer reads a stream in chunks of max_len - context_len tokens, each after the previous (as it
+        # was trained).
+        step = self.max_len - self.model.cfg.context_len if self.model_is_stateless else self.max_len
         for start in range(0, x.shape[1], step):
             logits, state, _ = self.model(x[:, start:start + step], state)
             out.append(torch.log_softmax(logits.float(), -1))

@@ -122,6 +122,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                     # The transformer's learned positions cover the longest input it is trained on: a window, or
                     # in the stream regime a chunk read after the previous one (models/transformer.py).
                     "max_len": n_step - 1 if regime == "window" else 2 * hp["bptt"],
+                    "context_len": 0 if regime == "window" else hp["bptt"],
                     **{k: hp[k] for k in MODEL_KEYS}}
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
