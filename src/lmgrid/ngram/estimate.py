@@ -45,6 +45,7 @@ from .store import Filler, Tables
 log = logging.getLogger(__name__)
 METHODS = ("addk", "katz", "kn", "mkn")
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # lmplz --discount_fallback defaults
+SLICE_BYTES = 160  # per table row in an estimation slice: its columns and a dozen float temporaries
 
 
 @dataclass
@@ -67,7 +68,9 @@ class Backoff:
         arrays = {}
         for k in range(1, self.order + 1):
             arrays.update({f"keys{k}": self.keys[k - 1], f"logp{k}": self.logp[k - 1], f"bow{k}": self.bow[k - 1]})
-        return Tables(arrays)
+        t = Tables(arrays)
+        t.order, t.vocab_size = self.order, self.vocab_size
+        return t
 
     def entries(self) -> int:
         """Number of n-gram entries (unigrams: every word but <pad>), the model's parameter count."""
@@ -329,7 +332,7 @@ def estimate_tables(t: Tables, out: Filler, method: str, order: int, bos: int, p
     for k in range(1, n_order + 1):  # contexts no slice reached, and the top order, back off with weight 1
         out.finish(f"bow{k}", t.size(f"keys{k}"))
     model = out.tables().update(t.subset([f"keys{k}" for k in range(1, n_order + 1)]))
-    model.order, model.vocab_size = n_order, int(t.vocab_size)
+    model.order, model.vocab_size, model.step = n_order, int(t.vocab_size), t.step
     return model, settings
 
 
