@@ -8,10 +8,10 @@ Passes, each over slices that fit the memory budget (`ngram.memory_mb`):
       bucket of its prefix row.  Buckets are ranges of prefix rows sized from the order k-1 counts
       (a prefix row is followed at most count(prefix) times), so each bucket fits the budget.
    b. bucket by bucket (in key order): `np.unique` gives its distinct keys, counts and suffix rows,
-      appended to the order-k table, which comes out sorted without any merge.
-   c. over stream slices again: the row of the k-gram at each position (a binary search in the
-      order-k keys), the stream the next order keys its prefixes with.
-Memory: the slices, plus the order-k keys (8 bytes per distinct k-gram) during step c.
+      appended to the order-k table, which comes out sorted without any merge; its inverse gives
+      the row of the k-gram at each position of the bucket's windows, which the next order keys its
+      prefixes with (a position array, held whole: 4 bytes per stream position).
+Memory: the slices and buckets, plus that position array.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from .counts import FORMAT_VERSION, _LINE, _assemble, _vocab_digest, _word_ids
 from .store import MIB, Appender, Tables, rows_per_chunk, write_npz
 
 log = logging.getLogger(__name__)
-TEXT_BYTES_PER_MIB = MIB // 40  # a block of text costs ~40x its size as Python word strings and ids
-POSITION_BYTES = 96  # per stream position in a slice pass: a dozen int64 temporaries
-BUCKET_BYTES = 64  # per k-gram occurrence in a bucket: key, suffix, np.unique's sort and inverse
+TEXT_BYTES_PER_MIB = MIB // 80  # text read at once: ~40x its size as Python strings and ids
+POSITION_BYTES = 128  # per stream position in a slice pass (~64 measured, so half the budget)
+BUCKET_BYTES = 128  # per occurrence in a bucket: key, suffix, position, np.unique sort, inverse (~64 measured)
 MAX_BUCKETS = 256
 
 
@@ -149,9 +149,11 @@ def count_to_npz(train: str | Path, vocab: Vocab, max_order: int, out: str | Pat
                     if sel.size:
                         buckets.append(f"key{i}", key[sel])
                         buckets.append(f"suf{i}", suf[sel])
+                        buckets.append(f"pos{i}", start[sel] + lo)
             del start, key, suf, b, by_bucket
             btabs = buckets.tables()
             size = 0
+            rows = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64) if k < max_order else None
             for i in range(bounds.size - 1):  # b: each bucket's distinct keys, in key order
                 if f"key{i}" not in btabs:
                     continue
@@ -161,8 +163,10 @@ def count_to_npz(train: str | Path, vocab: Vocab, max_order: int, out: str | Pat
                 out_tabs.append(f"keys{k}", uniq)
                 out_tabs.append(f"count{k}", cnt.astype(np.int64))
                 out_tabs.append(f"suffix{k}", suffix)
+                if rows is not None:
+                    rows[btabs.read(f"pos{i}")] = inverse + size
                 size += uniq.size
-                for name in (f"key{i}", f"suf{i}"):
+                for name in (f"key{i}", f"suf{i}", f"pos{i}"):
                     buckets.remove(name)
                 del uniq, inverse, cnt, suffix
             for name in (f"keys{k}", f"count{k}", f"suffix{k}"):
@@ -170,15 +174,9 @@ def count_to_npz(train: str | Path, vocab: Vocab, max_order: int, out: str | Pat
                     out_tabs.append(name, np.empty(0, dtype=np.int64))
             out_tabs.tables(tables)
             sizes.append(size)
-            if k < max_order:  # c: the row of the k-gram at each position
-                keys = tables.dense(f"keys{k}")
-                for lo in range(0, n, step):
-                    hi = min(lo + step, n)
-                    start, key, _ = win.slice(lo, hi)
-                    rows = np.full(hi - lo, -1, dtype=np.int64)
-                    rows[start] = np.searchsorted(keys, key)
-                    work.append(f"rows{k}", rows)
-                del keys
+            if rows is not None:
+                work.append(f"rows{k}", rows)
+                del rows
                 work.tables(tables)
             if k > 2:
                 work.remove(f"rows{k - 1}")
