@@ -160,11 +160,15 @@ def scale_table(ptb: Path, split: dict, a) -> int:
 
 
 def _train_tokens(counts: Path) -> str:
+    """Train tokens by the shared convention: words and one </s> per sentence (<s> not counted)."""
     import numpy as np
+
+    from ..ppl import BOS
+    from ..vocab import SPECIALS
 
     with np.load(counts) as z:
         c = z["count1"]
-    return f"{int(c.sum()):,}"
+    return f"{int(c.sum() - c[SPECIALS.index(BOS)]):,}"
 
 
 def main(argv: list[str]) -> int:

@@ -77,9 +77,7 @@ def _write_lines(fh, buf: bytearray, tokens: tuple[np.ndarray, np.ndarray], cols
             m["b"] = _float_field(bow[lo:hi], tab=True)
         m["nl"] = b"\n"
         used = (hi - lo) * row.itemsize
-        if used < len(buf):
-            np.frombuffer(buf, dtype=np.uint8)[used:] = 0  # NULs vanish below
-        fh.write(buf.translate(None, b"\0"))  # drop the NUL padding (C speed)
+        fh.write(buf[:used].translate(None, b"\0"))  # drop the NUL padding (C speed)
 
 
 def write(path: str | Path, model, tokens: list[str]) -> None:

@@ -211,7 +211,8 @@ def kneser_ney(t: Tables, out: Filler, order: int, bos: int, pad: int, modified:
 
 def _lower(out: Filler, k: int) -> np.ndarray:
     """p(w | shorter context) of every order-(k-1) row, dense: the gather target of order k."""
-    return np.exp(out.dense(f"logp{k - 1}"))
+    logp = out.dense(f"logp{k - 1}")
+    return np.exp(logp, out=logp) if out.app is not None else np.exp(logp)  # a disk read is ours to overwrite
 
 
 def _good_turing(n: np.ndarray, max_count: int, k: int) -> np.ndarray:
