@@ -1,6 +1,11 @@
 # N-gram models: one counting job per corpus, then one job per n-gram grid cell (n_step = order).
 # The counts hold every order up to the largest n_step of any n-gram run in config["studies"].
+# Both work on disk within ngram.memory_mb.  model.arpa is always an output: with ngram.write_arpa
+# false (or auto above 10 M n-grams) it is a one-line note, so the DAG does not depend on model size.
 NGRAM_MAX_ORDER = max([k.n_step for k in all_runs(config["studies"]) if k.is_ngram], default=1)
+NGRAM = config.get("ngram", {})
+NGRAM_MEMORY_MB = NGRAM.get("memory_mb", 512)
+NGRAM_WRITE_ARPA = str(NGRAM.get("write_arpa", "auto")).lower()
 
 
 rule ngram_counts:
@@ -11,13 +16,14 @@ rule ngram_counts:
         "results/{corpus}/ngram/counts.npz",
     params:
         max_order=NGRAM_MAX_ORDER,
+        memory_mb=NGRAM_MEMORY_MB,
     log:
         "results/{corpus}/logs/ngram_counts.log",
     conda:
         ENV
     shell:
         "lmgrid ngram-counts --train {input.train} --vocab {input.vocab} "
-        "--max-order {params.max_order} --out {output} > {log} 2>&1"
+        "--max-order {params.max_order} --memory-mb {params.memory_mb} --out {output} > {log} 2>&1"
 
 
 rule ngram:
@@ -33,8 +39,10 @@ rule ngram:
         arch="addk|katz|kn|mkn",
         impl="ngram",
     params:
-        addk_k=config.get("ngram", {}).get("addk_k", 1.0),
-        katz_max_count=config.get("ngram", {}).get("katz_max_count", 7),
+        addk_k=NGRAM.get("addk_k", 1.0),
+        katz_max_count=NGRAM.get("katz_max_count", 7),
+        memory_mb=NGRAM_MEMORY_MB,
+        write_arpa=NGRAM_WRITE_ARPA,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -48,4 +56,5 @@ rule ngram:
     shell:
         "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
         "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
-        "--addk-k {params.addk_k} --katz-max-count {params.katz_max_count} > {log} 2>&1"
+        "--addk-k {params.addk_k} --katz-max-count {params.katz_max_count} --memory-mb {params.memory_mb} "
+        "--write-arpa {params.write_arpa} > {log} 2>&1"

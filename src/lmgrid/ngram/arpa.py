@@ -77,27 +77,36 @@ def _write_lines(fh, buf: bytearray, tokens: tuple[np.ndarray, np.ndarray], cols
             m["b"] = _float_field(bow[lo:hi], tab=True)
         m["nl"] = b"\n"
         used = (hi - lo) * row.itemsize
-        if used < len(buf):
-            np.frombuffer(buf, dtype=np.uint8)[used:] = 0  # NULs vanish below
-        fh.write(buf.translate(None, b"\0"))  # drop the NUL padding (C speed)
+        fh.write(buf[:used].translate(None, b"\0"))  # drop the NUL padding (C speed)
 
 
-def write(path: str | Path, bo: Backoff, tokens: list[str]) -> None:
+def write(path: str | Path, model, tokens: list[str]) -> None:
+    """Write a model (`Backoff`, or its `Tables`, in memory or on disk) as ARPA text.  Orders are read
+    in slices; the word columns of the previous order are held to spell each n-gram's prefix."""
+    t = model.tables() if isinstance(model, Backoff) else model
+    v = t.vocab_size
     tok = (_token_items(tokens, "\t"), _token_items(tokens, " "))
-    keep = np.array([t != PAD for t in tokens])
-    sizes = [int(keep.sum())] + [int(k.size) for k in bo.keys[1:]]
-    buf = bytearray(max(CHUNK_BYTES, 4 * tok[0].itemsize * bo.order))
+    keep = np.array([w != PAD for w in tokens])
+    sizes = [int(keep.sum())] + [t.size(f"keys{k}") for k in range(2, t.order + 1)]
+    buf = bytearray(max(CHUNK_BYTES, 4 * tok[0].itemsize * t.order))
+    width = np.int32 if v < 2**31 else np.int64
     with atomic_write(path, "wb") as fh:
         fh.write(("\\data\\\n" + "".join(f"ngram {k}={n}\n" for k, n in enumerate(sizes, 1))).encode())
-        cols: list[np.ndarray] = []
-        for k in range(1, bo.order + 1):
-            # word columns of order k: those of its prefix rows, then the last word
-            cols = [bo.keys[0]] if k == 1 else [c[bo.keys[k - 1] // bo.vocab_size] for c in cols] + [
-                bo.keys[k - 1] % bo.vocab_size]
-            sel = keep if k == 1 else slice(None)
-            bow = bo.bow[k - 1][sel] * LOG10E if k < bo.order else None
+        cols = [np.arange(v, dtype=width)]
+        fh.write(b"\n\\1-grams:\n")
+        bow = t.dense("bow1")[keep] * LOG10E if t.order > 1 else None
+        _write_lines(fh, buf, tok, [cols[0][keep]], t.dense("logp1")[keep] * LOG10E, bow)
+        for k in range(2, t.order + 1):
             fh.write(f"\n\\{k}-grams:\n".encode())
-            _write_lines(fh, buf, tok, [c[sel] for c in cols], bo.logp[k - 1][sel] * LOG10E, bow)
+            top = k == t.order
+            new = [] if top else [np.empty(sizes[k - 1], dtype=width) for _ in range(k)]
+            for lo, s in t.slices(k, ("keys", "logp") + (() if top else ("bow",)), v, whole_contexts=False):
+                # word columns of these rows: those of their prefix rows, then the last word
+                words = [c[s["keys"] // v] for c in cols] + [(s["keys"] % v).astype(width)]
+                _write_lines(fh, buf, tok, words, s["logp"] * LOG10E, None if top else s["bow"] * LOG10E)
+                for c, w in zip(new, words):
+                    c[lo:lo + w.size] = w
+            cols = new
         fh.write(b"\n\\end\\\n")
 
 

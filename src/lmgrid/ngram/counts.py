@@ -193,17 +193,11 @@ def save(path: str | Path, counts: Counts, vocab: Vocab) -> None:
         np.savez(fh, **arrays)
 
 
-def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts:
-    """Counts from `save`, truncated to `max_order`; checked against the vocabulary they were made with."""
-    try:
-        data = np.load(path)
-        stored = int(data["max_order"])
-        if int(data["format_version"]) != FORMAT_VERSION:
-            raise LmgridError(f"{path}: counts format {int(data['format_version'])}, expected {FORMAT_VERSION}")
-    except FileNotFoundError:
-        raise LmgridError(f"{path}: file not found") from None
-    except (OSError, KeyError, ValueError) as e:
-        raise LmgridError(f"{path}: not an n-gram counts file ({e})") from None
+def _checked(path, data, vocab: Vocab, max_order: int | None) -> int:
+    """The order to read from a counts file, after checking its format and vocabulary."""
+    if int(data["format_version"]) != FORMAT_VERSION:
+        raise LmgridError(f"{path}: counts format {int(data['format_version'])}, expected {FORMAT_VERSION}")
+    stored = int(data["max_order"])
     if str(data["vocab_sha256"]) != _vocab_digest(vocab):
         raise LmgridError(f"{path}: counted with another vocabulary ({int(data['vocab_size'])} words; "
                           f"this one has {len(vocab)}): recount")
@@ -211,6 +205,18 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
     if order > stored:
         raise LmgridError(f"{path}: holds orders up to {stored}, order {order} requested "
                           f"(the counting stage takes the largest n-gram n_step of the studies: recount)")
+    return order
+
+
+def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts:
+    """Counts from `save`, truncated to `max_order`; checked against the vocabulary they were made with."""
+    try:
+        data = np.load(path)
+        order = _checked(path, data, vocab, max_order)
+    except FileNotFoundError:
+        raise LmgridError(f"{path}: file not found") from None
+    except (OSError, KeyError, ValueError) as e:
+        raise LmgridError(f"{path}: not an n-gram counts file ({e})") from None
     v = len(vocab)
     keys = [data[f"keys{k}"] for k in range(1, order + 1)]
     return Counts(v, keys, [data[f"count{k}"] for k in range(1, order + 1)],
@@ -218,4 +224,20 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
                   [np.empty(0, np.int64)] + [data[f"suffix{k}"] for k in range(2, order + 1)])
 
 
-__all__ = ["Counts", "stream", "read_stream", "count", "count_sentences", "count_file", "save", "load"]
+def open_tables(path: str | Path, vocab: Vocab, max_order: int | None = None):
+    """A counts file as on-disk `Tables` (nothing read but its small fields), checked as `load`."""
+    from .store import Tables
+
+    t = Tables.npz(path)
+    small = {}
+    try:
+        for name in ("format_version", "max_order", "vocab_sha256", "vocab_size"):
+            small[name] = t.read(name).reshape(())
+        order = _checked(path, small, vocab, max_order)
+    except KeyError as e:
+        raise LmgridError(f"{path}: not an n-gram counts file (no {e})") from None
+    t.vocab_size, t.max_order = len(vocab), order
+    return t
+
+
+__all__ = ["Counts", "stream", "read_stream", "count", "count_sentences", "count_file", "save", "load", "open_tables"]
