@@ -30,8 +30,9 @@ LOCAL_PROFILE = REPO / "workflow/profiles/default"
 # What the runs build: [] = the tiny config's `rule all` (every stage, training included).
 TARGETS: list[str] = []
 RUN_TIMEOUT_S = 900
-# Keys and CSV columns ending in "_s" are wall times and speeds (lmgrid names units): they differ by run.
-VOLATILE_SUFFIX = "_s"
+# Keys and CSV columns ending in "_s" are wall times, CPU times and speeds, "_mib" memory peaks (lmgrid names
+# units): they differ by run.
+VOLATILE_SUFFIX = ("_s", "_mib")
 # Not compared between the runs: logs and benchmark files (timings), and the MLflow store with what points into it
 # (MLflow run ids are random).
 NOT_COMPARED = ("logs/", "benchmarks/", "*.log", "mlflow.db", "mlartifacts/", "*/mlflow_sync.json")
