@@ -1,5 +1,5 @@
 # lmgrid: corpus -> vocabulary -> models over study grids -> tables. All logic lives in src/lmgrid.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -7,10 +7,8 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+# Validates the config (one line naming the file or option, key and value) and fills in the schema's defaults.
 include: "workflow/rules/common.smk"
-
-
-validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/corpus.smk"

@@ -36,7 +36,7 @@ def mutate(cfg, path, value):
 
 
 @pytest.mark.parametrize("path,value,message", [
-    (("vocab", "bogus"), 1, "vocab: Additional properties are not allowed ('bogus' was unexpected)"),
+    (("vocab", "bogus"), 1, "vocab.bogus: unknown key"),
     (("vocab", "min_count"), "two", "vocab.min_count: 'two' is not of type 'integer'"),
     (("vocab", "min_count"), 0, "vocab.min_count: 0 is less than the minimum of 1"),
     (("studies", "context", "n_step"), [0, 3], "studies.context.n_step[0]: 0 is less than the minimum of 1"),
@@ -99,3 +99,66 @@ def test_study_expansion_dedups_and_normalises():
 def test_stream_runs_ignore_n_step():
     keys = expand_study({"arch": ["gru"], "n_step": [3, 5, 7], "regime": ["stream"]})
     assert keys == [RunKey("gru", "torch", 0, 1, "stream", 1)]
+
+
+# ---- overrides: typed, dotted, and errors that name where the bad value came from --------------------------
+
+def _resolve(base, cli, files=("config.yaml",)):
+    from lmgrid.config import workflow_config
+
+    cfg = copy.deepcopy(base)
+    workflow_config(cfg, list(files), cli)
+    return cfg
+
+
+def test_nested_command_line_values_are_typed(base, repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    # What Snakemake's --config train='{epochs: 5, lr: 0.02, tie_weights: true}' hands over: strings below the top.
+    cfg = _resolve(base, {"train": {"epochs": "5", "lr": "0.02", "tie_weights": "true"}})
+    assert cfg["train"]["epochs"] == 5 and cfg["train"]["lr"] == 0.02 and cfg["train"]["tie_weights"] is True
+    assert cfg["train"]["batch_size"] == base["train"]["batch_size"]  # merged, not replaced
+
+
+def test_dotted_assignments_set_one_node(base, repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    cfg = _resolve(base, {"set": "train.epochs=5 train.per_arch.gru.lr=0.5 "
+                                 "'studies={ctx: {arch: [mkn], n_step: [2, 3]}}'"})
+    assert cfg["train"]["epochs"] == 5 and cfg["train"]["hidden_dim"] == base["train"]["hidden_dim"]
+    assert cfg["train"]["per_arch"] == {"gru": {"lr": 0.5}}  # no defaults filled into an override entry
+    assert list(cfg["studies"]) == ["ctx"] and cfg["studies"]["ctx"]["seed"] == [1]  # replaced, defaults filled
+
+
+@pytest.mark.parametrize("cli,message", [
+    ({"train": {"per_arch": {"transformer": {"lrr": "0.1"}}}},
+     "--config: train.per_arch.transformer.lrr: unknown key (did you mean 'lr'?)"),
+    ({"train": {"per_arch": {"lstm": {"dropout": "5", "hidden_dim": "-3"}}}},
+     "--config: train.per_arch.lstm.dropout: 5 is greater than or equal to the maximum of 1"),
+    ({"set": "train.per_arch.lstm.hidden_dim=-3"},
+     "--config set: train.per_arch.lstm.hidden_dim: -3 is less than the minimum of 1"),
+    ({"set": "train.heads=3"}, "--config set: train.heads: 3 does not fit: the transformer's hidden_dim (32)"),
+    ({"set": "train.per_arch.transformer.heads=5"}, "--config set: train.per_arch.transformer.heads: 5 does not fit"),
+    ({"set": "train.epochs"}, "--config set: 'train.epochs': expected KEY=VALUE"),
+    ({"set": "vocab.min_count=0"}, "--config set: vocab.min_count: 0 is less than the minimum of 1"),
+])
+def test_bad_override_is_one_line_naming_its_source(base, repo, monkeypatch, cli, message):
+    monkeypatch.chdir(repo)
+    with pytest.raises(LmgridError) as exc:
+        _resolve(base, cli)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith(message), str(exc.value)
+
+
+def test_error_names_the_file_that_set_the_value(base, repo, tmp_path, monkeypatch):
+    """A value from a second config file (--configfile) is blamed on that file, not on config.yaml."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "preset.yaml").write_text("train: {per_arch: {gru: {optimizer: adagrad}}}\n")
+    cfg = copy.deepcopy(base)
+    cfg["train"]["per_arch"] = {"gru": {"optimizer": "adagrad"}}
+    from lmgrid.config import workflow_config
+
+    with pytest.raises(LmgridError, match=r"^preset.yaml: train.per_arch.gru.optimizer: 'adagrad' is not one of"):
+        workflow_config(cfg, ["config.yaml", str(tmp_path / "preset.yaml")], {})
+    cfg = copy.deepcopy(base)
+    cfg["train"]["lr"] = "fast"
+    with pytest.raises(LmgridError, match=r"^config.yaml: train.lr: 'fast' is not of type 'number'"):
+        workflow_config(cfg, ["config.yaml", str(tmp_path / "preset.yaml")], {})

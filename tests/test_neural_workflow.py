@@ -11,14 +11,20 @@ import pytest
 import yaml
 
 from lmgrid.errors import LmgridError
-from lmgrid.neural.hparams import DEFAULTS, JOB_KEYS, resolve_hparams
+from lmgrid.neural.hparams import DEFAULTS, JOB_KEYS, NOT_COMPUTING, resolve_hparams
 
 
-def test_schema_defaults_equal_the_code_defaults(repo):
+def test_training_defaults_come_from_the_schema_only(repo):
+    """One place for defaults and types: hparams reads $defs/train_settings; the train section and every
+    per_arch entry refer to that one definition."""
     schema = yaml.safe_load((repo / "workflow/schemas/config.schema.yaml").read_text())
-    props = schema["properties"]["train"]["properties"]
-    defaults = {k: v["default"] for k, v in props.items() if k != "per_arch" and k not in JOB_KEYS}
-    assert defaults == DEFAULTS
+    settings = schema["$defs"]["train_settings"]["properties"]
+    assert DEFAULTS == {k: v["default"] for k, v in settings.items()}
+    train = schema["properties"]["train"]
+    assert train["$ref"] == "#/$defs/train_settings" and set(train["properties"]) == {"threads", *JOB_KEYS, "per_arch"}
+    for arch in ("ffnn", "rnn", "lstm", "gru", "transformer"):
+        assert train["properties"]["per_arch"]["properties"][arch]["$ref"] == "#/$defs/train_settings"
+    assert set(NOT_COMPUTING) == {"log_every", "accelerator", "devices", "compile"}
 
 
 def test_config_yaml_train_section_resolves(repo):
@@ -34,7 +40,7 @@ def test_per_arch_overrides_and_unknown_keys():
     assert resolve_hparams({"lr": 0.01, "per_arch": {"transformer": {"lr": 0.001}}}, "lstm")["lr"] == 0.01
     with pytest.raises(LmgridError, match=r"train.per_arch.gru.hiden_dim: unknown training setting"):
         resolve_hparams({"per_arch": {"gru": {"hiden_dim": 3}}}, "gru")
-    with pytest.raises(LmgridError, match=r"train.epochs: 0 is not allowed"):
+    with pytest.raises(LmgridError, match=r"train.epochs: 0 is less than the minimum of 1"):
         resolve_hparams({"epochs": 0}, "gru")
 
 

@@ -1,17 +1,28 @@
-"""Config validation: the JSON schema plus the checks a schema cannot express.
+"""The pipeline configuration: where each value comes from, its defaults, and its validation.
 
-Every problem is reported as one line naming the key and the value; nothing runs until
-the config is valid.  Kept free of heavy imports: Snakemake calls it while building the DAG.
+A config is built in layers: config.yaml (or the files given with --configfile), then `snakemake --config
+KEY=VALUE` entries, then `--config set="a.b=1 c.d=[2, 3]"` (what `make run SET=...` passes).  Every problem is
+reported as one line naming the layer the bad value came from, the key and the value; nothing runs until the
+config is valid.  Defaults and types live in the schema only (workflow/schemas/config.schema.yaml).  Kept free
+of heavy imports: Snakemake calls this while building the DAG.
 """
 from __future__ import annotations
 
+import copy
+import difflib
+import functools
 import math
+import os
+import shlex
 from pathlib import Path
 
 import yaml
 
 from .errors import LmgridError
 from .runkey import NEURAL_ARCHS, expand_study
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
 
 
 def _key_path(parts) -> str:
@@ -34,61 +45,291 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def check_schema(config: dict, schema_path: str | Path, source: str = "config") -> None:
+@functools.lru_cache(maxsize=4)
+def _schema(path: str) -> dict:
+    return load_yaml(path)
+
+
+def load_schema(path: str | Path | None = None) -> dict:
+    return _schema(str(path or SCHEMA_PATH))
+
+
+def train_settings(schema_path: str | Path | None = None) -> dict[str, dict]:
+    """The schema of every training setting (name -> its JSON schema, with `default`)."""
+    return load_schema(schema_path)["$defs"]["train_settings"]["properties"]
+
+
+# ---- layers: which file or option a value came from -------------------------------------------------------
+
+def _has_path(tree, parts) -> bool:
+    for p in parts:
+        if isinstance(tree, dict) and p in tree:
+            tree = tree[p]
+        elif isinstance(tree, list) and isinstance(p, int) and p < len(tree):
+            tree = tree[p]
+        else:
+            return False
+    return True
+
+
+class Sources:
+    """The layers a config was merged from, latest last; names the one a key path came from."""
+
+    def __init__(self, layers: list[tuple[str, dict]] | None = None, fallback: str = "config"):
+        self.layers = layers or []
+        self.fallback = fallback
+
+    def of(self, parts) -> str:
+        parts = list(parts)
+        # The latest layer that holds the deepest prefix of the path set it.
+        for n in range(len(parts), 0, -1):
+            for name, tree in reversed(self.layers):
+                if _has_path(tree, parts[:n]):
+                    return name
+        return self.fallback
+
+
+def _retype(value):
+    """Snakemake parses nested --config values with YAML's BaseLoader (every leaf a string); read each leaf
+    again the way a YAML file would, so `--config train='{epochs: 5}'` gives the integer 5."""
+    if isinstance(value, dict):
+        return {k: _retype(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_retype(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            return value
+    return value
+
+
+def parse_assignments(text: str) -> list[tuple[list[str], object]]:
+    """`a.b=1 c=[2, 3]` -> [(["a", "b"], 1), (["c"], [2, 3])]: values are YAML; quote one that holds spaces."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise LmgridError(f"--config {SET_KEY}: {e}") from None
+    out = []
+    for word in words:
+        key, sep, value = word.partition("=")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise LmgridError(f"--config {SET_KEY}: {word!r}: expected KEY=VALUE with KEY like train.epochs")
+        try:
+            parsed = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as e:
+            raise LmgridError(f"--config {SET_KEY}: {key}: not a YAML value: {value!r} "
+                              f"({str(e).splitlines()[0]})") from None
+        out.append((parts, parsed))
+    return out
+
+
+def _set_path(tree: dict, parts: list[str], value) -> None:
+    """Set the node `parts` names, creating the mappings above it; the node is replaced whole."""
+    for p in parts[:-1]:
+        if not isinstance(tree.get(p), dict):
+            tree[p] = {}
+        tree = tree[p]
+    tree[parts[-1]] = copy.deepcopy(value)
+
+
+def _merge(dst: dict, src: dict) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = copy.deepcopy(v)
+
+
+def apply_overrides(config: dict, configfiles=(), cli_config=None) -> Sources:
+    """Turn Snakemake's merged config into the typed one (in place) and return its layers.
+
+    `cli_config` is what --config gave.  Snakemake has merged it into `config` already, with every value below
+    the top level a string; it is merged again here, typed.  Its `set` entry holds dotted assignments, each
+    replacing the node it names: `set="train.epochs=5"` changes one setting, `set="studies={...}"` all studies.
+    """
+    cli = _retype(copy.deepcopy(dict(cli_config or {})))
+    assignments = cli.pop(SET_KEY, None)
+    config.pop(SET_KEY, None)
+    layers = []
+    for f in configfiles or []:
+        rel = os.path.relpath(f)
+        try:
+            tree = load_yaml(f)
+        except LmgridError:
+            tree = {}
+        layers.append((str(f) if rel.startswith("..") else rel, tree))
+    _merge(config, cli)
+    layers.append(("--config", cli))
+    if assignments not in (None, ""):
+        tree: dict = {}
+        for parts, value in parse_assignments(str(assignments)):
+            _set_path(config, parts, value)
+            _set_path(tree, parts, value)
+        layers.append((f"--config {SET_KEY}", tree))
+    return Sources(layers, fallback=layers[0][0] if layers else "config")
+
+
+# ---- defaults and validation ------------------------------------------------------------------------------
+
+def _resolve(schema: dict, root: dict) -> dict:
+    """A subschema with its local $ref ("#/$defs/...") merged in (the ref's keys first)."""
+    ref = schema.get("$ref")
+    if not ref:
+        return schema
+    target = root
+    for part in ref.lstrip("#/").split("/"):
+        target = target[part]
+    merged = dict(_resolve(target, root))
+    merged["properties"] = {**target.get("properties", {}), **schema.get("properties", {})}
+    merged.update({k: v for k, v in schema.items() if k not in ("$ref", "properties")})
+    return merged
+
+
+def fill_defaults(config: dict, schema: dict, root: dict | None = None) -> None:
+    """Add the schema's defaults for every missing key, in place.  Not inside a node marked
+    `x-fill-defaults: false` (train.per_arch: its entries override train only where they say so)."""
+    root = root or schema
+    schema = _resolve(schema, root)
+    if schema.get("x-fill-defaults") is False or not isinstance(config, dict):
+        return
+    props = schema.get("properties", {})
+    for key, sub in props.items():
+        sub = _resolve(sub, root)
+        if key not in config and "default" in sub:
+            config[key] = copy.deepcopy(sub["default"])
+        if isinstance(config.get(key), dict):
+            fill_defaults(config[key], sub, root)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key, value in config.items():
+            if key not in props and isinstance(value, dict):
+                fill_defaults(value, extra, root)
+
+
+def _unknown_keys(err) -> list[str]:
+    """The offending keys of an additionalProperties / unevaluatedProperties error."""
+    if err.validator == "additionalProperties":
+        known = set(err.schema.get("properties", {}))
+        return [k for k in err.instance if k not in known]
+    return [k for k in err.instance if f"'{k}'" in err.message]
+
+
+def _known_keys(err, root: dict) -> list[str]:
+    return sorted(_resolve(err.schema, root).get("properties", {}))
+
+
+def check_schema(config: dict, schema_path: str | Path | None = None, sources: Sources | str = "config",
+                 schema: dict | None = None) -> None:
     import jsonschema
 
-    schema = load_yaml(schema_path)
-    validator = jsonschema.Draft202012Validator(schema)
+    sources = Sources(fallback=sources) if isinstance(sources, str) else sources
+    root = schema or load_schema(schema_path)
+    validator = jsonschema.Draft202012Validator(root)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        err = errors[0]
-        raise LmgridError(f"{source}: {_key_path(err.absolute_path)}: {err.message}")
+    if not errors:
+        return
+    err = errors[0]
+    path = list(err.absolute_path)
+    if err.validator in ("additionalProperties", "unevaluatedProperties"):
+        key = _unknown_keys(err)[0]
+        known = _known_keys(err, root)
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+        raise LmgridError(f"{sources.of([*path, key])}: {_key_path([*path, key])}: unknown key ({hint})")
+    raise LmgridError(f"{sources.of(path)}: {_key_path(path)}: {err.message}")
 
 
-def check_semantics(config: dict, source: str = "config", base_dir: str | Path = ".") -> None:
-    """Checks beyond the schema: files exist, ratios sum to 1, options fit the corpus kind."""
+def check_semantics(config: dict, sources: Sources | str = "config", base_dir: str | Path = ".") -> None:
+    """Checks beyond the schema: files exist, ratios sum to 1, options fit the corpus kind, models can be built.
+    Expects the schema's defaults filled in."""
+    src = (lambda *parts: sources) if isinstance(sources, str) else (lambda *parts: sources.of(parts))
     corpus = config["corpus"]
     kind = corpus["kind"]
     base = Path(base_dir)
     need = {"synth": "synth", "ptb": "files", "text": "text"}[kind]
     if need not in corpus:
-        raise LmgridError(f"{source}: corpus.{need}: required when corpus.kind is {kind!r}")
-    if kind == "synth" and corpus.get("max_len", 0):
-        raise LmgridError(f"{source}: corpus.max_len: not supported for kind 'synth' "
+        raise LmgridError(f"{src('corpus', 'kind')}: corpus.{need}: required when corpus.kind is {kind!r}")
+    if kind == "synth" and corpus["max_len"]:
+        raise LmgridError(f"{src('corpus', 'max_len')}: corpus.max_len: not supported for kind 'synth' "
                           "(dropping sentences would change the distribution the oracle scores)")
     if kind == "ptb":
         for split, f in corpus["files"].items():
             if not (base / f).is_file():
-                raise LmgridError(f"{source}: corpus.files.{split}: file not found: {f}")
+                raise LmgridError(f"{src('corpus', 'files', split)}: corpus.files.{split}: file not found: {f}")
     if kind == "text":
         text = corpus["text"]
         if not (base / text["path"]).is_file():
-            raise LmgridError(f"{source}: corpus.text.path: file not found: {text['path']}")
-        ratios = text.get("ratios", {"train": 0.8, "valid": 0.1, "test": 0.1})
+            raise LmgridError(f"{src('corpus', 'text', 'path')}: corpus.text.path: file not found: {text['path']}")
+        ratios = text["ratios"]
         total = sum(ratios.values())
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            raise LmgridError(f"{source}: corpus.text.ratios: must sum to 1, got {total:g}")
+            raise LmgridError(f"{src('corpus', 'text', 'ratios')}: corpus.text.ratios: must sum to 1, got {total:g}")
     if kind == "synth":
         from .synth import GrammarConfig
 
         known = set(GrammarConfig.__dataclass_fields__)
-        for k in corpus["synth"].get("grammar", {}):
+        for k in corpus["synth"]["grammar"]:
             if k not in known:
-                raise LmgridError(f"{source}: corpus.synth.grammar.{k}: unknown grammar setting "
-                                  f"(known: {', '.join(sorted(known))})")
+                raise LmgridError(f"{src('corpus', 'synth', 'grammar', k)}: corpus.synth.grammar.{k}: unknown "
+                                  f"grammar setting (known: {', '.join(sorted(known))})")
     for name, study in config["studies"].items():
-        if any(a in NEURAL_ARCHS for a in study["arch"]) and "window" in study.get("regime", ["window"]):
+        if any(a in NEURAL_ARCHS for a in study["arch"]) and "window" in study["regime"]:
             bad = [n for n in study["n_step"] if n < 2]
             if bad:
-                raise LmgridError(f"{source}: studies.{name}.n_step: {bad[0]} is below 2, "
+                raise LmgridError(f"{src('studies', name, 'n_step')}: studies.{name}.n_step: {bad[0]} is below 2, "
                                   "the least context a neural model can be given in the window regime")
-        if "ffnn" in study["arch"] and "stream" in study.get("regime", ["window"]):
-            raise LmgridError(f"{source}: studies.{name}: arch ffnn has a fixed window and no stream regime; "
-                              "put it in a study with regime [window]")
+        if "ffnn" in study["arch"] and "stream" in study["regime"]:
+            raise LmgridError(f"{src('studies', name)}: studies.{name}: arch ffnn has a fixed window and no stream "
+                              "regime; put it in a study with regime [window]")
         if not expand_study(study):
-            raise LmgridError(f"{source}: studies.{name}: the grid is empty")
+            raise LmgridError(f"{src('studies', name)}: studies.{name}: the grid is empty")
+    _check_model_shapes(config, src)
 
 
-def check(config: dict, schema_path: str | Path, source: str = "config", base_dir: str | Path = ".") -> None:
-    check_schema(config, schema_path, source)
+def _check_model_shapes(config: dict, src) -> None:
+    """What the schema cannot say about one setting alone, per architecture the studies train (train and its
+    per_arch entry resolved), so that it fails here rather than inside a training job."""
+    from .neural.hparams import resolve_hparams
+
+    archs = {a for study in config["studies"].values() for a in study["arch"] if a in NEURAL_ARCHS}
+    train = config.get("train", {})
+    for arch in sorted(archs):
+        hp = resolve_hparams(train, arch)
+
+        def where(key):
+            per_arch = train.get("per_arch", {}).get(arch, {})
+            parts = ("train", "per_arch", arch, key) if key in per_arch else ("train", key)
+            return f"{src(*parts)}: {_key_path(parts)}"
+
+        if arch == "transformer" and hp["hidden_dim"] % hp["heads"]:
+            key = "heads" if "heads" in train.get("per_arch", {}).get(arch, {}) or "heads" in train else "hidden_dim"
+            raise LmgridError(f"{where(key)}: {hp[key]} does not fit: the transformer's hidden_dim "
+                              f"({hp['hidden_dim']}) must be a multiple of heads ({hp['heads']})")
+
+
+def check(config: dict, schema_path: str | Path | None = None, source: Sources | str = "config",
+          base_dir: str | Path = ".") -> dict:
+    """Validate `config` against the schema, fill in the schema's defaults (in place), then the checks beyond
+    the schema.  Returns the config."""
+    schema = load_schema(schema_path)
+    check_schema(config, sources=source, schema=schema)
+    fill_defaults(config, schema)
     check_semantics(config, source, base_dir)
+    return config
+
+
+def workflow_config(config: dict, configfiles=(), cli_config=None, schema_path=None, base_dir=".") -> Sources:
+    """What the Snakefile does first: typed overrides, validation, defaults. Returns the layers."""
+    sources = apply_overrides(config, configfiles, cli_config)
+    check(config, schema_path, sources, base_dir)
+    return sources
+
+
+def load_config(configfile: str | Path = "config.yaml", assignments: str = "", base_dir=".") -> dict:
+    """The config a `snakemake --configfile F --config set="..."` run would use (for lmgrid status / plan)."""
+    config = load_yaml(configfile)
+    cli = {SET_KEY: assignments} if assignments else {}
+    workflow_config(config, [configfile], cli, base_dir=base_dir)
+    return config

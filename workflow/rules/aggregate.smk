@@ -5,11 +5,11 @@ from lmgrid.aggregate.layout import check_mlflow as _check_mlflow
 from lmgrid.aggregate.layout import export_live_settings, snakemake_outputs
 
 try:
-    _check_mlflow(config.get("mlflow", {}), source="config")
+    _check_mlflow(config["mlflow"], source=CONFIG_SOURCES.of(["mlflow"]))
 except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
-MLFLOW = config.get("mlflow", {})
+MLFLOW = config["mlflow"]
 # mlflow.live: training jobs find the live logger's settings in their environment. An environment
 # variable, not a param, so that switching live logging on or off retrains nothing.
 export_live_settings(MLFLOW, CORPUS)
@@ -43,8 +43,8 @@ rule mlflow_sync:
         "results/{corpus}/mlflow_sync.json",
     params:
         studies=STUDIES_JSON,
-        uri=MLFLOW.get("tracking_uri", "sqlite:///results/mlflow.db"),
-        prefix=shlex.quote(MLFLOW.get("experiment_prefix", "")),
+        uri=MLFLOW["tracking_uri"],
+        prefix=shlex.quote(MLFLOW["experiment_prefix"]),
     log:
         "results/{corpus}/logs/mlflow_sync.log",
     conda:

@@ -5,14 +5,15 @@ import os
 import shlex
 import sys
 
-from lmgrid.config import check as _check_config
+from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
 from lmgrid.neural.hparams import resolve_hparams
 from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
 
+# Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 try:
-    _check_config(config, workflow.source_path("../schemas/config.schema.yaml"),
-                  source=" + ".join(map(str, workflow.configfiles)) or "config")
+    CONFIG_SOURCES = workflow_config(config, workflow.configfiles, workflow.config_settings.config,
+                                     workflow.source_path("../schemas/config.schema.yaml"))
 except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
@@ -55,12 +56,12 @@ def corpus_input_args(wildcards, input):
 
 def corpus_options(wildcards):
     c = config["corpus"]
-    opts = ["--lowercase"] if c.get("lowercase") else []
-    opts.append(f"--max-len {c.get('max_len', 0)}")
+    opts = ["--lowercase"] if c["lowercase"] else []
+    opts.append(f"--max-len {c['max_len']}")
     if KIND == "text":
         t = c["text"]
-        ratios = t.get("ratios", {"train": 0.8, "valid": 0.1, "test": 0.1})
-        opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t.get('seed', 1)}")
+        ratios = t["ratios"]
+        opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t['seed']}")
     return " ".join(opts)
 
 
@@ -82,12 +83,12 @@ def run_dirs():
 # turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
 def _devices(wildcards):
     """DDP processes of a neural run (train.devices, or its per_arch override); 0 for n-gram runs."""
-    return 0 if wildcards.arch in NGRAM_ARCHS else resolve_hparams(config.get("train", {}), wildcards.arch)["devices"]
+    return 0 if wildcards.arch in NGRAM_ARCHS else resolve_hparams(config["train"], wildcards.arch)["devices"]
 
 
 def train_threads(wildcards):
     # With train.devices > 1 the job runs that many DDP processes, each with threads // devices torch threads.
-    return max(config.get("train", {}).get("threads", 1), _devices(wildcards)) if _devices(wildcards) else 1
+    return max(config["train"]["threads"], _devices(wildcards)) if _devices(wildcards) else 1
 
 
 def train_mem_mb(wildcards, attempt):
@@ -102,7 +103,7 @@ def train_runtime(wildcards, attempt):
 def train_gpu(wildcards):
     if not _devices(wildcards):
         return 0
-    asks = resolve_hparams(config.get("train", {}), wildcards.arch)["accelerator"] in ("gpu", "cuda")
+    asks = resolve_hparams(config["train"], wildcards.arch)["accelerator"] in ("gpu", "cuda")
     return _devices(wildcards) if asks else 0
 
 

@@ -3,9 +3,10 @@ rule synth:
     output:
         expand("results/{{corpus}}/raw/{split}.{ext}", split=SPLITS, ext=["txt", "logprob"]),
     params:
-        seed=config["corpus"].get("synth", {}).get("seed", 1),
-        sizes=config["corpus"].get("synth", {}).get("sentences", {}),
-        grammar=json.dumps(config["corpus"].get("synth", {}).get("grammar", {}), sort_keys=True),
+        # Functions: corpus.synth exists only for kind synth, and they run only when a synth job does.
+        seed=lambda w: config["corpus"]["synth"]["seed"],
+        sizes=lambda w: config["corpus"]["synth"]["sentences"],
+        grammar=lambda w: json.dumps(config["corpus"]["synth"]["grammar"], sort_keys=True),
     log:
         "results/{corpus}/logs/synth.log",
     conda:

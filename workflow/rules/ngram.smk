@@ -3,9 +3,8 @@
 # Both work on disk within ngram.memory_mb.  model.arpa is always an output: with ngram.write_arpa
 # false (or auto above 10 M n-grams) it is a one-line note, so the DAG does not depend on model size.
 NGRAM_MAX_ORDER = max([k.n_step for k in all_runs(config["studies"]) if k.is_ngram], default=1)
-NGRAM = config.get("ngram", {})
-NGRAM_MEMORY_MB = NGRAM.get("memory_mb", 512)
-NGRAM_WRITE_ARPA = str(NGRAM.get("write_arpa", "auto")).lower()
+NGRAM = config["ngram"]
+NGRAM_WRITE_ARPA = str(NGRAM["write_arpa"]).lower()
 
 
 rule ngram_counts:
@@ -16,14 +15,16 @@ rule ngram_counts:
         "results/{corpus}/ngram/counts.npz",
     params:
         max_order=NGRAM_MAX_ORDER,
-        memory_mb=NGRAM_MEMORY_MB,
+    # The memory budget changes how counting runs, not its result: a resource, so changing it reruns nothing.
+    resources:
+        ngram_memory_mb=NGRAM["memory_mb"],
     log:
         "results/{corpus}/logs/ngram_counts.log",
     conda:
         ENV
     shell:
         "lmgrid ngram-counts --train {input.train} --vocab {input.vocab} "
-        "--max-order {params.max_order} --memory-mb {params.memory_mb} --out {output} > {log} 2>&1"
+        "--max-order {params.max_order} --memory-mb {resources.ngram_memory_mb} --out {output} > {log} 2>&1"
 
 
 rule ngram:
@@ -39,14 +40,15 @@ rule ngram:
         arch="addk|katz|kn|mkn",
         impl="ngram",
     params:
-        addk_k=NGRAM.get("addk_k", 1.0),
-        katz_max_count=NGRAM.get("katz_max_count", 7),
-        memory_mb=NGRAM_MEMORY_MB,
+        # Only the setting of the run's own method: changing add-k's k reruns the addk runs, nothing else.
+        method=lambda w: {"addk": f"--addk-k {NGRAM['addk_k']}",
+                          "katz": f"--katz-max-count {NGRAM['katz_max_count']}"}.get(w.arch, ""),
         write_arpa=NGRAM_WRITE_ARPA,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
         runtime=train_runtime,
+        ngram_memory_mb=NGRAM["memory_mb"],
     benchmark:
         beside_runs("benchmarks/runs", ".tsv")
     log:
@@ -56,5 +58,5 @@ rule ngram:
     shell:
         "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
         "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
-        "--addk-k {params.addk_k} --katz-max-count {params.katz_max_count} --memory-mb {params.memory_mb} "
+        "{params.method} --memory-mb {resources.ngram_memory_mb} "
         "--write-arpa {params.write_arpa} > {log} 2>&1"

@@ -1,9 +1,26 @@
 # Neural runs: one job per grid cell. In-progress checkpoints go to results/<corpus>/ckpt/..., which is no
 # output, so Snakemake keeps it when a job fails or is killed; the re-run resumes from its last.ckpt.
-from lmgrid.neural.hparams import resolve_hparams
+#
+# Params hold one entry per setting that changes what a run computes ("lr=0.01"), so a changed setting reruns
+# exactly the runs it affects and the dry run's reason names it.  Settings that only change how a run is executed
+# or watched (log_every, accelerator, devices, compile: `x-changes-results: false` in the schema) reach the job
+# through its environment instead, and changing them reschedules nothing.
+from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
+from lmgrid.neural.cli import JOB_SETTINGS_ENV
+from lmgrid.runkey import NEURAL_ARCHS
 
 CKPT_DIR = beside_runs("ckpt/runs")
-TRAIN_CONFIG = config.get("train", {})
+
+
+def _setting(key):
+    return lambda w: f"{key}={json.dumps(resolve_hparams(config['train'], w.arch)[key])}"
+
+
+SETTING_PARAMS = {key: _setting(key) for key in COMPUTING}
+SETTING_ARGS = " ".join(f"--set {{params.{key}:q}}" for key in COMPUTING)
+os.environ[JOB_SETTINGS_ENV] = json.dumps(
+    {arch: {k: resolve_hparams(config["train"], arch)[k] for k in NOT_COMPUTING} for arch in NEURAL_ARCHS},
+    sort_keys=True)
 
 
 rule train:
@@ -21,8 +38,7 @@ rule train:
     params:
         run_dir=RUN_DIR,
         ckpt_dir=CKPT_DIR,
-        # Every training setting of this architecture: a change reruns exactly the affected runs.
-        hparams=lambda w: json.dumps(resolve_hparams(TRAIN_CONFIG, w.arch), sort_keys=True),
+        **SETTING_PARAMS,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -38,7 +54,7 @@ rule train:
         "lmgrid train --arch {wildcards.arch} --impl {wildcards.impl} --n-step {wildcards.n_step} "
         "--layers {wildcards.layers} --regime {wildcards.regime} --seed {wildcards.seed} "
         "--train {input.train} --valid {input.valid} --test {input.test} --vocab {input.vocab} "
-        "--run-dir {params.run_dir} --ckpt-dir {params.ckpt_dir} --hparams {params.hparams:q} "
+        "--run-dir {params.run_dir} --ckpt-dir {params.ckpt_dir} " + SETTING_ARGS + " "
         "--threads {threads} > {log} 2>&1"
 
 

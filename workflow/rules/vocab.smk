@@ -8,8 +8,8 @@ rule vocab:
         vocab="results/{corpus}/vocab.json",
         report="results/{corpus}/vocab_report.json",
     params:
-        min_count=config["vocab"].get("min_count", 1),
-        max_size=config["vocab"].get("max_size", 0),
+        min_count=config["vocab"]["min_count"],
+        max_size=config["vocab"]["max_size"],
     log:
         "results/{corpus}/logs/vocab.log",
     conda:

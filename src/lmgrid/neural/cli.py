@@ -7,6 +7,10 @@ import os
 
 from lmgrid.errors import LmgridError
 
+# The workflow hands the settings that do not change what a run computes (log_every, accelerator, devices,
+# compile) to its jobs here, as {arch: {key: value}}: not in the rule's params, so changing them reruns nothing.
+JOB_SETTINGS_ENV = "LMGRID_JOB_SETTINGS"
+
 
 def _setting(text: str) -> tuple[str, object]:
     if "=" not in text:
@@ -27,6 +31,7 @@ def cmd_train(a) -> None:
         raise LmgridError(f"--hparams: not valid JSON ({e})") from None
     if not isinstance(hp, dict):
         raise LmgridError("--hparams: expected a JSON object of training settings")
+    hp.update(_job_settings(a.arch))
     hp.update(dict(a.set or []))
     if a.fast:
         # A smoke test: one short epoch on the first 2000 train tokens, small model; evaluation stays complete.
@@ -34,6 +39,19 @@ def cmd_train(a) -> None:
     run(arch=a.arch, impl=a.impl, n_step=a.n_step, layers=a.layers, regime=a.regime, seed=a.seed,
         paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab, run_dir=a.run_dir,
         ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads, live_mlflow=_live(a))
+
+
+def _job_settings(arch: str) -> dict:
+    text = os.environ.get(JOB_SETTINGS_ENV)
+    if not text:
+        return {}
+    try:
+        settings = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"{JOB_SETTINGS_ENV}: not valid JSON ({e})") from None
+    if not isinstance(settings, dict) or not isinstance(settings.get(arch, {}), dict):
+        raise LmgridError(f"{JOB_SETTINGS_ENV}: expected a JSON object {{arch: {{setting: value}}}}")
+    return settings.get(arch, {})
 
 
 def _live(a) -> dict | None:

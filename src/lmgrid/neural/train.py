@@ -42,7 +42,7 @@ from lmgrid.vocab import Vocab
 from . import gates as gates_mod
 from .callbacks import EpochLog, Progress
 from .data import LMData
-from .hparams import MODEL_KEYS, NOT_FINGERPRINTED, resolve_hparams
+from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
@@ -65,7 +65,7 @@ def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> No
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:
-    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_FINGERPRINTED}},
+    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_COMPUTING}},
                                   sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())

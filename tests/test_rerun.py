@@ -1,0 +1,75 @@
+"""Only computation reruns: settings that change how a run is executed or watched reschedule nothing; a setting
+that changes what a run computes reschedules exactly the runs it affects, and the dry run names it."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+CONFIG = {
+    "corpus": {"name": "tiny", "kind": "synth",
+               "synth": {"seed": 3, "sentences": {"train": 300, "valid": 50, "test": 50},
+                         "grammar": {"nouns": 20, "adjectives": 5, "intransitive_verbs": 5,
+                                     "transitive_verbs": 5, "adverbs": 3}}},
+    "vocab": {"min_count": 1},
+    "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [3]}},
+    "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
+              "log_every": 0},
+}
+
+
+def snakemake(workdir: Path, repo: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
+           "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def planned(workdir: Path, repo: Path, *config: str) -> tuple[dict[str, int], str]:
+    r = snakemake(workdir, repo, "-n", "--config", *config)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    if "Nothing to be done" in out:
+        return {}, out
+    table = out.split("Job stats:", 1)[1]
+    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+    return jobs, out
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, repo):
+    workdir = tmp_path_factory.mktemp("rerun")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    r = snakemake(workdir, repo)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return workdir
+
+
+@pytest.mark.parametrize("assignments", [
+    "train.log_every=50",
+    "train.accelerator=cpu train.compile=true",
+    "train.threads=2",
+    "train.per_arch.rnn.log_every=7",
+    "ngram.memory_mb=256",
+    "mlflow.live=false",
+])
+def test_execution_settings_reschedule_nothing(finished, repo, assignments):
+    jobs, out = planned(finished, repo, f"set={assignments}")
+    assert jobs == {}, out[-3000:]
+
+
+def test_a_computing_setting_reruns_exactly_its_runs_and_is_named(finished, repo):
+    jobs, out = planned(finished, repo, "set=train.per_arch.rnn.lr=0.02")
+    assert jobs.get("train") == 1 and "train_gated" not in jobs and "ngram" not in jobs, jobs
+    assert "now: 'lr=0.02'" in out and "before: 'lr=0.003'" in out, out[-3000:]
+    # The reason is short: the changed setting, not every setting of the run.
+    reason = next(line for line in out.splitlines() if "Params have changed" in line)
+    assert len(reason) < 300, reason
+
+    jobs, _ = planned(finished, repo, "set=train.hidden_dim=12")
+    assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
+    jobs, _ = planned(finished, repo, "set=ngram.addk_k=0.5")
+    assert jobs == {}, jobs  # no addk run in this grid: nothing depends on it
