@@ -5,9 +5,15 @@ STAMP   := $(VENV)/.installed-stamp
 TSTAMP  := $(VENV)/.installed-test-stamp
 CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
+# CONFIG: a config file applied over config.yaml (e.g. a preset); SET: overrides, YAML-typed, each replacing the
+# node it names, e.g.  make run SET="train.epochs=5 studies.context.n_step=[2,3]"   (README, "Configuration")
+CONFIG  ?=
+SET     ?=
+export SET
+SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup run test test-all report lint clean
+.PHONY: setup run test test-all report lint clean status plan
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -25,8 +31,16 @@ setup: $(STAMP)
 
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
 run: $(STAMP)
-	$(SMK) --cores $(CORES)
-	$(SMK) --cores 1 --report results/report.html
+	$(SMK) --cores $(CORES) $(SMKCFG)
+	$(SMK) --cores 1 $(SMKCFG) --report results/report.html
+
+## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
+status: $(STAMP)
+	$(PY) -m lmgrid status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET")
+
+## before a run: the cells each study adds and roughly what they cost
+plan: $(STAMP)
+	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET")
 
 ## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
 test: $(TSTAMP)

@@ -104,3 +104,18 @@ def test_building_the_dag_does_not_import_torch():
     code = "import sys, lmgrid.config, lmgrid.runkey, lmgrid.errors; print('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_a_failed_job_shows_its_error_line_in_the_terminal(tmp_path, repo):
+    """The profile next to the Snakefile (profiles/default) is loaded and shows a failed job's log, so the one
+    `lmgrid: error:` line reaches the terminal, not only the log file."""
+    text = tmp_path / "bad.txt"
+    text.write_bytes(b"a good line\nanother good line\ncaf\xe9 au lait\n" * 5)
+    cfg = {"corpus": {"name": "bad", "kind": "text", "text": {"path": str(text)}}, "vocab": {},
+           "studies": {"s": {"arch": ["kn"], "n_step": [2]}}}
+    write_config(tmp_path, cfg)
+    r = snakemake(tmp_path, repo)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    errors = [line.strip() for line in out.splitlines() if "lmgrid: error:" in line]
+    assert errors and "bad.txt" in errors[0] and "not valid UTF-8 (byte 0xe9" in errors[0], out[-3000:]

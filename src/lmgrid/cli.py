@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import LmgridError
@@ -153,10 +154,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=100)
     s.set_defaults(func=cmd_generate)
 
+    for name, what in (("status", "every cell of the config: done, running (epoch, valid PPL, ETA), failed or "
+                                  "pending; the time spent and an estimate of what is left"),
+                       ("plan", "before a run: how many cells each study adds and roughly what they cost")):
+        s = sub.add_parser(name, help=what)
+        s.add_argument("--configfile", default="config.yaml")
+        s.add_argument("--set", default="", metavar="'KEY=VALUE ...'", help="overrides, as --config set=... takes")
+        s.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="for the wall-time estimate")
+        s.set_defaults(func=cmd_progress, command_name=name)
+
     import importlib
     for name in PLUGINS:
         importlib.import_module(name).register(sub)
     return p
+
+
+def cmd_progress(a) -> None:
+    from .progress import main as progress_main
+
+    progress_main(a.command_name, a.configfile, a.set, a.cores)
 
 
 def cmd_warm_server(a) -> None:

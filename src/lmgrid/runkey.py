@@ -18,6 +18,14 @@ REGIMES = ("window", "stream")
 
 # Snakemake output patterns are built from this one string.
 RUN_DIR = "results/{corpus}/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}"
+
+
+def beside_runs(folder: str, suffix: str = "") -> str:
+    """RUN_DIR moved from results/<corpus>/runs/ to results/<corpus>/<folder>/: logs, benchmarks and checkpoints
+    of a run keep the layout of its run folder."""
+    return RUN_DIR.replace("results/{corpus}/runs/", f"results/{{corpus}}/{folder}/", 1) + suffix
+
+
 WILDCARD_CONSTRAINTS = {"arch": "|".join(ARCHS), "impl": r"[a-z]+", "n_step": r"\d+", "layers": r"\d+",
                         "regime": "|".join(REGIMES), "seed": r"\d+"}
 
@@ -43,6 +51,10 @@ class RunKey:
 
     def run_dir(self, corpus: str) -> str:
         return RUN_DIR.format(corpus=corpus, **asdict(self))
+
+    def beside(self, corpus: str, folder: str, suffix: str = "") -> str:
+        """This run's file in another tree (see beside_runs), e.g. beside(c, "benchmarks/runs", ".tsv")."""
+        return beside_runs(folder, suffix).format(corpus=corpus, **asdict(self))
 
     @classmethod
     def from_wildcards(cls, w) -> "RunKey":

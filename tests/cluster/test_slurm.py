@@ -26,7 +26,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).with_name("tiny.yaml")
 SLURM_PROFILE = REPO / "workflow/profiles/slurm"
-LOCAL_PROFILE = REPO / "workflow/profiles/default"
+LOCAL_PROFILE = REPO / "profiles/default"
 # What the runs build: [] = the tiny config's `rule all` (every stage, training included).
 TARGETS: list[str] = []
 RUN_TIMEOUT_S = 900

@@ -8,11 +8,14 @@ import sys
 from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
 from lmgrid.neural.hparams import resolve_hparams
-from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs
+from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
+# Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
+_CLI_FILES = [str(f) for f in workflow.config_settings.configfiles]
 try:
-    CONFIG_SOURCES = workflow_config(config, workflow.configfiles, workflow.config_settings.config,
+    CONFIG_SOURCES = workflow_config(config, [str(f) for f in workflow.configfiles if str(f) not in _CLI_FILES]
+                                     + _CLI_FILES, workflow.config_settings.config,
                                      workflow.source_path("../schemas/config.schema.yaml"))
 except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
@@ -63,12 +66,6 @@ def corpus_options(wildcards):
         ratios = t["ratios"]
         opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t['seed']}")
     return " ".join(opts)
-
-
-def beside_runs(folder, suffix=""):
-    """RUN_DIR moved from results/<corpus>/runs/ to results/<corpus>/<folder>/: logs, benchmarks and
-    checkpoints of a run keep the layout of its run folder (the mapping stays in lmgrid.runkey)."""
-    return RUN_DIR.replace("results/{corpus}/runs/", f"results/{{corpus}}/{folder}/", 1) + suffix
 
 
 def run_dirs():

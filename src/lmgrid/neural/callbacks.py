@@ -83,14 +83,30 @@ class EpochLog(pl.Callback):
 
 
 class Progress(pl.Callback):
-    """Plain lines instead of a carriage-return bar: one per `every` training steps and one per epoch."""
+    """Plain lines instead of a carriage-return bar: one per `every` training steps and one per epoch.  With a
+    `path`, also the state `lmgrid status` reads (progress.json in the checkpoint folder): epoch, step of the
+    epoch, latest valid PPL, times; rewritten at most every WRITE_EVERY_S seconds and at each epoch's end."""
 
-    def __init__(self, every: int = 200):
-        self.every = every
-        self._t = time.time()
+    WRITE_EVERY_S = 2.0
+
+    def __init__(self, every: int = 200, path=None):
+        self.every, self.path = every, path
+        self._t = self._written = time.time()
+        self._valid_ppl, self._epoch_s = None, None
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._t = time.time()
+
+    def _write(self, trainer, batch: int) -> None:
+        import json
+
+        self._written = time.time()
+        state = {"pid": os.getpid(), "host": os.uname().nodename, "epoch": trainer.current_epoch + 1,
+                 "max_epochs": trainer.max_epochs, "batch": batch, "batches": trainer.num_training_batches,
+                 "epoch_started_at": self._t, "updated_at": self._written, "valid_ppl": self._valid_ppl,
+                 "last_epoch_s": self._epoch_s}
+        with atomic_write(self.path) as fh:
+            json.dump(state, fh)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         # For `python -m lmgrid.bench startup`: the wall clock at the run's first training step.
@@ -100,6 +116,8 @@ class Progress(pl.Callback):
                 fh.write(f"{time.time():.6f}\n")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.path and trainer.is_global_zero and time.time() - self._written >= self.WRITE_EVERY_S:
+            self._write(trainer, batch_idx + 1)
         if self.every > 0 and trainer.is_global_zero and (batch_idx + 1) % self.every == 0:
             elapsed = max(time.time() - self._t, 1e-9)
             loss = pl_module.train_loss
@@ -110,6 +128,9 @@ class Progress(pl.Callback):
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
+        self._valid_ppl, self._epoch_s = _ppl(pl_module.valid_loss), time.time() - self._t
+        if self.path:
+            self._write(trainer, trainer.num_training_batches)
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
               f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}, "
               f"{time.time() - self._t:.1f} s{' (early stop)' if trainer.should_stop else ''}", flush=True)

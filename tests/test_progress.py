@@ -1,0 +1,112 @@
+"""`lmgrid status` and `lmgrid plan` read the files runs leave: metrics, benchmark files, progress.json, logs."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lmgrid.progress import format_plan, format_status, grid_status
+from lmgrid.runkey import RunKey
+
+CONFIG = {"corpus": {"name": "c"},
+          "studies": {"a": {"arch": ["lstm"], "n_step": [2, 3, 5], "layers": [1], "impl": ["torch"], "seed": [1],
+                            "regime": ["window"]},
+                      "b": {"arch": ["lstm", "kn"], "n_step": [5], "layers": [1], "impl": ["torch"], "seed": [1],
+                            "regime": ["window"]}}}
+LSTM = {n: RunKey("lstm", "torch", n, 1, "window", 1) for n in (2, 3, 5)}
+KN = RunKey("kn", "ngram", 5, 1, "window", 0)
+
+
+def _done(key: RunKey, seconds: float) -> None:
+    run = Path(key.run_dir("c"))
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"wall_s": seconds}))
+    bench = Path(key.beside("c", "benchmarks/runs", ".tsv"))
+    bench.parent.mkdir(parents=True)
+    bench.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:{int(seconds):02d}\t100\n")
+
+
+@pytest.fixture()
+def grid(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _done(LSTM[2], 10.0)
+    # Running: progress.json from this (live) process, halfway through epoch 3 of 10, last epoch took 8 s.
+    ckpt = Path(LSTM[3].beside("c", "ckpt/runs"))
+    ckpt.mkdir(parents=True)
+    now = time.time()
+    (ckpt / "progress.json").write_text(json.dumps({
+        "pid": os.getpid(), "host": socket.gethostname(), "epoch": 3, "max_epochs": 10, "batch": 50,
+        "batches": 100, "epoch_started_at": now - 4.0, "updated_at": now, "valid_ppl": 21.5, "last_epoch_s": 8.0}))
+    # Failed: the job log ends with the one-line error.
+    log = Path(KN.beside("c", "logs/ngram", ".log"))
+    log.parent.mkdir(parents=True)
+    log.write_text("counting\nlmgrid: error: counts.npz: not a count table\n")
+    os.utime(log, (now - 600, now - 600))
+    return tmp_path
+
+
+def test_status_states_eta_and_estimates(grid):
+    cells = {c.key: c for c in grid_status(CONFIG)}
+    assert cells[LSTM[2]].state == "done" and cells[LSTM[2]].spent_s == 10.0
+    running = cells[LSTM[3]]
+    assert running.state == "running" and "epoch 3/10 (50%)" in running.detail and "valid PPL 21.50" in running.detail
+    assert "epoch ends in ~4 s" in running.detail
+    assert running.left_s == pytest.approx(4.0 + 7 * 8.0, abs=1.0)  # this epoch's rest + 7 epochs to the cap
+    assert cells[KN].state == "failed" and "not a count table" in cells[KN].detail
+    # Pending lstm n5: estimated from the finished lstm cell; the n-gram has nothing like it finished.
+    assert cells[LSTM[5]].state == "pending" and cells[LSTM[5]].left_s == 10.0
+    assert cells[KN].left_s is None
+    text = format_status(CONFIG, list(cells.values()), cores=2)
+    assert "4 cells: 1 done, 1 running, 1 failed, 1 pending" in text
+    assert "time spent:" in text and "1 cell(s) with nothing finished to estimate from" in text
+
+
+def test_plan_counts_each_study_once(grid):
+    text = format_plan(CONFIG, grid_status(CONFIG), cores=1)
+    rows = {line.split("|")[1].strip(): [p.strip() for p in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| a ") or line.startswith("| b ")}
+    # a: 3 cells, 1 done; b: lstm n5 shared with a, so it adds only kn.
+    assert rows["a"][:4] == ["3", "3", "1", "2"]
+    assert rows["b"][:4] == ["2", "1", "0", "1"] and rows["b"][5] == "1"  # kn: nothing to estimate from
+
+
+def test_progress_callback_writes_what_status_reads(tmp_path):
+    from lmgrid.neural.callbacks import Progress
+
+    path = tmp_path / "progress.json"
+    cb = Progress(every=0, path=path)
+    trainer = SimpleNamespace(current_epoch=1, max_epochs=5, num_training_batches=40, is_global_zero=True,
+                              sanity_checking=False, should_stop=False,
+                              optimizers=[SimpleNamespace(param_groups=[{"lr": 0.01}])])
+    cb.on_train_epoch_start(trainer, None)
+    cb._written = 0.0  # due
+    cb.on_train_batch_end(trainer, SimpleNamespace(train_loss=3.0, train_count=10), None, None, 9)
+    state = json.loads(path.read_text())
+    assert (state["epoch"], state["max_epochs"], state["batch"], state["batches"]) == (2, 5, 10, 40)
+    assert state["pid"] == os.getpid() and state["valid_ppl"] is None
+    cb.on_validation_end(trainer, SimpleNamespace(train_loss=3.0, valid_loss=3.0))
+    assert json.loads(path.read_text())["valid_ppl"] == pytest.approx(20.0855, rel=1e-4)
+
+
+def test_status_command_reads_the_config(tmp_path, repo):
+    (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "corpus.name=nothing_yet"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import yaml
+
+    from lmgrid.runkey import all_runs
+
+    n = len(all_runs(yaml.safe_load((repo / "config.yaml").read_text())["studies"]))
+    assert f"# nothing_yet: {n} cells: 0 done, 0 running, 0 failed, {n} pending" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "train.lrr=1"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == ("lmgrid: error: --config set: train.lrr: unknown key "
+                                                      "(did you mean 'lr'?)")
