@@ -7,8 +7,9 @@ import sys
 
 from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
-from lmgrid.neural.hparams import resolve_hparams
-from lmgrid.runkey import NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
+from lmgrid.neural.cli import JOB_SETTINGS_ENV
+from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
+from lmgrid.runkey import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
@@ -104,6 +105,22 @@ def train_gpu(wildcards):
     return _devices(wildcards) if asks else 0
 
 
+# Training settings of a neural run, one param per setting that changes what it computes: "lr=0.01".
+def _setting(key):
+    return lambda w: f"{key}={json.dumps(resolve_hparams(config['train'], w.arch)[key])}"
+
+
+SETTING_PARAMS = {key: _setting(key) for key in COMPUTING}
+SETTING_ARGS = " ".join(f"--set {{params.{key}:q}}" for key in COMPUTING)
+
+
+def export_job_settings():
+    """The settings that do not change results, per arch, in the jobs' environment (read by `lmgrid train`)."""
+    os.environ[JOB_SETTINGS_ENV] = json.dumps(
+        {arch: {k: resolve_hparams(config["train"], arch)[k] for k in NOT_COMPUTING} for arch in NEURAL_ARCHS},
+        sort_keys=True)
+
+
 # Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.warm;
 # about 8.5 s saved per job on 2 cores). Each job stays its own Snakemake job; on a cluster, or with LMGRID_WARM=0,
 # jobs start their own interpreter as before.
@@ -111,7 +128,6 @@ def start_warm_server():
     import subprocess
     import tempfile
 
-    from lmgrid.runkey import NEURAL_ARCHS
     from lmgrid.warm import SOCKET_ENV
 
     if not workflow.local_exec or os.environ.get("LMGRID_WARM", "1") == "0":

@@ -1,26 +1,12 @@
 # Neural runs: one job per grid cell. In-progress checkpoints go to results/<corpus>/ckpt/..., which is no
 # output, so Snakemake keeps it when a job fails or is killed; the re-run resumes from its last.ckpt.
 #
-# Params hold one entry per setting that changes what a run computes ("lr=0.01"), so a changed setting reruns
-# exactly the runs it affects and the dry run's reason names it.  Settings that only change how a run is executed
-# or watched (log_every, accelerator, devices, compile: `x-changes-results: false` in the schema) reach the job
-# through its environment instead, and changing them reschedules nothing.
-from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
-from lmgrid.neural.cli import JOB_SETTINGS_ENV
-from lmgrid.runkey import NEURAL_ARCHS
-
+# Params hold one entry per setting that changes what a run computes ("lr=0.01"; SETTING_PARAMS in common.smk),
+# so a changed setting reruns exactly the runs it affects and the dry run's reason names it.  Settings that only
+# change how a run is executed or watched (log_every, accelerator, devices, compile: `x-changes-results: false` in
+# the schema) reach the job through its environment (export_job_settings), and changing them reschedules nothing.
 CKPT_DIR = beside_runs("ckpt/runs")
-
-
-def _setting(key):
-    return lambda w: f"{key}={json.dumps(resolve_hparams(config['train'], w.arch)[key])}"
-
-
-SETTING_PARAMS = {key: _setting(key) for key in COMPUTING}
-SETTING_ARGS = " ".join(f"--set {{params.{key}:q}}" for key in COMPUTING)
-os.environ[JOB_SETTINGS_ENV] = json.dumps(
-    {arch: {k: resolve_hparams(config["train"], arch)[k] for k in NOT_COMPUTING} for arch in NEURAL_ARCHS},
-    sort_keys=True)
+export_job_settings()
 
 
 rule train:
@@ -51,11 +37,10 @@ rule train:
     conda:
         ENV
     shell:
-        "lmgrid train --arch {wildcards.arch} --impl {wildcards.impl} --n-step {wildcards.n_step} "
-        "--layers {wildcards.layers} --regime {wildcards.regime} --seed {wildcards.seed} "
-        "--train {input.train} --valid {input.valid} --test {input.test} --vocab {input.vocab} "
-        "--run-dir {params.run_dir} --ckpt-dir {params.ckpt_dir} " + SETTING_ARGS + " "
-        "--threads {threads} > {log} 2>&1"
+        f"lmgrid train --arch {{wildcards.arch}} --impl {{wildcards.impl}} --n-step {{wildcards.n_step}} "
+        f"--layers {{wildcards.layers}} --regime {{wildcards.regime}} --seed {{wildcards.seed}} "
+        f"--train {{input.train}} --valid {{input.valid}} --test {{input.test}} --vocab {{input.vocab}} "
+        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --threads {{threads}} > {{log}} 2>&1"
 
 
 # LSTM and GRU runs also write their gate statistics.
