@@ -1,7 +1,20 @@
 # lmgrid: corpus -> vocabulary -> models over study grids -> tables. All logic lives in src/lmgrid.
+import os
+import sys
+
 from snakemake.utils import min_version
 
+from lmgrid.config import load_yaml
+from lmgrid.errors import LmgridError
+
 min_version("9.0")
+
+# A malformed config.yaml gets one line naming the file and the YAML problem, not Snakemake's generic message.
+try:
+    if os.path.exists("config.yaml"):
+        load_yaml("config.yaml")
+except LmgridError as _e:
+    sys.exit(f"lmgrid: error: {_e}")
 
 
 configfile: "config.yaml"

@@ -119,3 +119,22 @@ def test_a_failed_job_shows_its_error_line_in_the_terminal(tmp_path, repo):
     out = r.stdout + r.stderr
     errors = [line.strip() for line in out.splitlines() if "lmgrid: error:" in line]
     assert errors and "bad.txt" in errors[0] and "not valid UTF-8 (byte 0xe9" in errors[0], out[-3000:]
+
+
+def test_malformed_config_yaml_is_one_line(tmp_path, repo):
+    (tmp_path / "config.yaml").write_text("corpus: {name: x\n")
+    r = snakemake(tmp_path, repo, "-n")
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("lmgrid: error:")]
+    assert errors == ["lmgrid: error: config.yaml: not valid YAML (while parsing a flow mapping)"], r.stderr[-2000:]
+
+
+def test_typed_overrides_through_snakemake(tmp_path, repo):
+    """--config train='{...}' arrives typed; --config set=... takes dotted keys; a bad one is one line naming --config."""
+    write_config(tmp_path, TINY)
+    r = snakemake(tmp_path, repo, "-n", "--config", "train={epochs: 5, lr: 0.02}", "set=train.per_arch.gru.lr=0.5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = snakemake(tmp_path, repo, "-n", "--config", "train={per_arch: {transformer: {lrr: 0.1}}}")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("lmgrid: error:")]
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert errors == ["lmgrid: error: --config: train.per_arch.transformer.lrr: unknown key (did you mean 'lr'?)"]
