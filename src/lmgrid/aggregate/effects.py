@@ -22,15 +22,11 @@ from scipy import stats
 
 from ..errors import atomic_write
 from ..gate_facts import gate_gets_gradient
-from .tables import _latex_escape, html_page
+from .tables import html_page, latex_escape
 
 CONFIDENCE = 0.95
 COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "untrained_n_steps", "gate_mean_first",
            "gate_mean_last", "slope_per_token", "ci_low", "ci_high", "method", "direction"]
-
-
-def _slope(x: np.ndarray, y: np.ndarray) -> float:
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
@@ -43,22 +39,20 @@ def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataF
         steps = sorted(g["n_step"].unique())
         if len(steps) < 2:
             continue
-        per_seed = []
-        for _, s in g.groupby("seed"):
-            if s["n_step"].nunique() >= 2:
-                per_seed.append(_slope(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)))
-        q = 0.5 + confidence / 2
+        per_seed = [stats.linregress(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)).slope
+                    for _, s in g.groupby("seed") if s["n_step"].nunique() >= 2]
         if len(per_seed) >= 2:
             slope = float(np.mean(per_seed))
-            half = stats.t.ppf(q, len(per_seed) - 1) * np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))
+            lo, hi = stats.t.interval(confidence, len(per_seed) - 1, loc=slope, scale=stats.sem(per_seed))
             method = f"t over {len(per_seed)} seed slopes"
         else:
             x, y = g["n_step"].to_numpy(float), g["mean"].to_numpy(float)
             fit = stats.linregress(x, y)
             slope = float(fit.slope)
-            half = stats.t.ppf(q, len(x) - 2) * fit.stderr if len(x) > 2 else math.nan
+            lo, hi = (stats.t.interval(confidence, len(x) - 2, loc=slope, scale=fit.stderr) if len(x) > 2
+                      else (math.nan, math.nan))
             method = "OLS standard error (one seed)"
-        lo, hi = slope - half, slope + half
+        lo, hi = float(lo), float(hi)
         direction = "rises" if lo > 0 else "falls" if hi < 0 else "no clear change"
         by_step = g.groupby("n_step")["mean"].mean()
         rows.append({"model": model, "layers": layers, "layer": int(layer), "gate": gate,
@@ -95,17 +89,13 @@ def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path,
           show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)", ""]
     with atomic_write(md_path) as fh:
         fh.write("\n".join(md))
-    cols = list(show.columns)
-    tex = [r"\begin{table}[t]", r"\centering",
-           rf"\caption{{Slope of the mean gate activation against n\_step (per token) with {pct}\% CI, "
-           rf"study {_latex_escape(name)}.}}", rf"\label{{tab:{name}-gates}}",
-           r"\begin{tabular}{l" + "r" * (len(cols) - 1) + "}", r"\toprule",
-           " & ".join(_latex_escape(c) for c in cols) + r" \\", r"\midrule"]
-    for _, row in show.iterrows():
-        tex.append(" & ".join(_latex_escape(str(v)).replace("→", r"$\to$") for v in row) + r" \\")
-    tex += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    caption = (f"Slope of the mean gate activation against n\\_step (per token) with {pct}\\% CI, "
+               f"study {latex_escape(name)}.")
+    tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
+           .to_latex(hrules=True, caption=caption, label=f"tab:{name}-gates", position="t",
+                     position_float="centering", column_format="l" + "r" * (len(show.columns) - 1)))
     with atomic_write(tex_path) as fh:
-        fh.write("\n".join(tex))
+        fh.write(tex.replace("→", r"$\to$"))
     note = (f"<p>Slope of the mean gate activation per extra context token with its {pct}% confidence interval "
             f"({escape(effects['method'].iloc[0]) if len(effects) else 'no data'}); <i>direction</i> is rises/falls "
             "only when the interval excludes 0. Layers count from 0. n_step values where the gate gets no gradient "

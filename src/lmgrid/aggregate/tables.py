@@ -7,6 +7,7 @@ cells are test PPL mean ± sample std (ddof=1) over seeds; the lowest mean of ea
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -18,22 +19,21 @@ AXIS_NAMES = {"n_step": "n_step", "layers": "layers"}
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: mean and std of valid and test PPL over seeds, and the seed count."""
-    rows = []
-    for cfg, g in runs.groupby(GROUP, sort=True):
-        row = dict(zip(GROUP, cfg))
-        row["seeds"] = len(g)
-        for split in ("valid", "test"):
-            v = g[f"{split}_ppl"].astype(float)
-            row[f"{split}_ppl_mean"] = v.mean()
-            row[f"{split}_ppl_std"] = v.std(ddof=1) if len(v) > 1 else math.nan
-        row["params"] = g["params"].iloc[0] if "params" in g else None
-        rows.append(row)
-    order = {a: i for i, a in enumerate(ARCHS)}
-    rows.sort(key=lambda r: (order.get(r["arch"], 99), IMPLS.get(r["arch"], ("torch",)).index(r["impl"])
-                             if r["impl"] in IMPLS.get(r["arch"], ()) else 0, r["regime"], r["layers"], r["n_step"]))
-    cols = GROUP + ["seeds", "valid_ppl_mean", "valid_ppl_std", "test_ppl_mean", "test_ppl_std", "params"]
-    return pd.DataFrame(rows, columns=cols)
+    """One row per configuration: mean and std (ddof=1; NaN for one seed) of valid and test PPL over seeds, the
+    seed count and the parameter count."""
+    runs = runs.assign(valid_ppl=runs["valid_ppl"].astype(float), test_ppl=runs["test_ppl"].astype(float))
+    if "params" not in runs:
+        runs = runs.assign(params=None)
+    out = runs.groupby(GROUP, sort=False).agg(
+        seeds=("test_ppl", "size"), valid_ppl_mean=("valid_ppl", "mean"), valid_ppl_std=("valid_ppl", "std"),
+        test_ppl_mean=("test_ppl", "mean"), test_ppl_std=("test_ppl", "std"), params=("params", "first"),
+    ).reset_index()
+    arch_order = out["arch"].map({a: i for i, a in enumerate(ARCHS)}).fillna(99)
+    impl_order = [IMPLS.get(a, ("torch",)).index(i) if i in IMPLS.get(a, ()) else 0
+                  for a, i in zip(out["arch"], out["impl"])]
+    out = out.assign(_a=arch_order, _i=impl_order).sort_values(["_a", "_i", "regime", "layers", "n_step"],
+                                                               kind="stable")
+    return out.drop(columns=["_a", "_i"]).reset_index(drop=True)
 
 
 def pivot_axis(summary: pd.DataFrame) -> str | None:
@@ -64,70 +64,64 @@ def _column_label(axis: str | None, value) -> str:
     return f"L={value}"
 
 
-def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None = None) -> pd.DataFrame:
-    """Rows: models (plus the oracle); columns: the study's axis; values: (mean, std, seeds) tuples."""
+def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None = None) -> PivotTable:
+    """Rows: models (plus the oracle); columns: the study's axis; cells: mean and std of `split` PPL."""
     axis = pivot_axis(summary)
     others = [c for c in ("layers", "n_step", "regime") if c != axis and summary[c].nunique() > 1]
-    table: dict[str, dict[str, tuple]] = {}
-    seeds: dict[str, set] = {}
-    col_order = []
-    for _, row in summary.iterrows():
-        label = _row_label(row, others)
-        col = _column_label(axis, row[axis] if axis else None)
-        if col not in col_order:
-            col_order.append(col)
-        table.setdefault(label, {})[col] = (row[f"{split}_ppl_mean"], row[f"{split}_ppl_std"], row["seeds"])
-        seeds.setdefault(label, set()).add(int(row["seeds"]))
+    long = summary.assign(label=[_row_label(r, others) for _, r in summary.iterrows()],
+                          column=[_column_label(axis, r[axis] if axis else None) for _, r in summary.iterrows()])
+    rows = list(dict.fromkeys(long["label"]))
+    cols = list(dict.fromkeys(long["column"]))
     if axis:
-        col_order.sort(key=lambda c: (c != "stream", int(c.split("=")[1]) if "=" in c else 0))
-    df = pd.DataFrame.from_dict(table, orient="index").reindex(columns=col_order)
-    df.insert(0, "seeds", [_seed_text(seeds[i]) for i in df.index])
+        cols.sort(key=lambda c: (c != "stream", int(c.split("=")[1]) if "=" in c else 0))
+    wide = long.pivot(index="label", columns="column", values=[f"{split}_ppl_mean", f"{split}_ppl_std"])
+    means = wide[f"{split}_ppl_mean"].reindex(index=rows, columns=cols).astype(float)
+    stds = wide[f"{split}_ppl_std"].reindex(index=rows, columns=cols).astype(float)
+    seeds = long.groupby("label", sort=False)["seeds"].agg(lambda s: _seed_text(set(s))).reindex(rows)
     if oracle_ppl is not None:
-        df.loc["oracle"] = ["–"] + [(oracle_ppl, math.nan, 0)] * len(col_order)
-    df.index.name = "model"
-    return df
+        means.loc["oracle"], stds.loc["oracle"], seeds.loc["oracle"] = oracle_ppl, math.nan, "–"
+    for frame in (means, stds):
+        frame.index.name = "model"
+    return PivotTable(means, stds, seeds)
+
+
+@dataclass
+class PivotTable:
+    means: pd.DataFrame
+    stds: pd.DataFrame
+    seeds: pd.Series
+
+    def best(self) -> pd.DataFrame:
+        """True at the lowest mean of each column, the oracle excluded."""
+        models = self.means.drop(index="oracle", errors="ignore")
+        return self.means.eq(models.min()) & self.means.index.to_series().ne("oracle").to_numpy()[:, None]
+
+    def text(self, pm: str, bold: str = "{}") -> pd.DataFrame:
+        """'mean<pm>std' cells ('mean' for one seed, '–' when missing), best cells as bold.format(text), and the
+        seeds column first; the model is a column."""
+        cells = self.means.map("{:.2f}".format).where(self.stds.isna(),
+                                                      self.means.map("{:.2f}".format) + pm + self.stds.map("{:.2f}".format))
+        cells = cells.where(self.means.notna(), "–").mask(self.best(), cells.map(bold.format))
+        cells.insert(0, "seeds", self.seeds)
+        return cells.reset_index()
 
 
 def _seed_text(counts: set) -> str:
     return str(min(counts)) if len(counts) == 1 else f"{min(counts)}–{max(counts)}"
 
 
-def best_per_column(table: pd.DataFrame) -> dict[str, str]:
-    """Column -> index label of the lowest mean, the oracle excluded."""
-    best = {}
-    for col in table.columns[1:]:
-        means = {i: v[0] for i, v in table[col].items() if i != "oracle" and isinstance(v, tuple) and not math.isnan(v[0])}
-        if means:
-            best[col] = min(means, key=means.get)
-    return best
+def to_markdown(table: PivotTable) -> str:
+    text = table.text(" ± ", "**{}**")
+    return text.to_markdown(index=False, disable_numparse=True, colalign=["left"] + ["right"] * (text.shape[1] - 1))
 
 
-def _cell(v, bold: bool, fmt: str) -> str:
-    if not isinstance(v, tuple) or math.isnan(v[0]):
-        return "–"
-    mean, std, _ = v
-    pm = " ± " if fmt == "md" else r" $\pm$ "
-    text = f"{mean:.2f}" if math.isnan(std) else f"{mean:.2f}{pm}{std:.2f}"
-    if bold:
-        text = f"**{text}**" if fmt == "md" else rf"\textbf{{{text}}}"
-    return text
-
-
-def _latex_escape(text: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("$", r"\$"), ("{", r"\{"), ("}", r"\}"), ("–", "--")):
-        text = text.replace(a, b)
-    return text
-
-
-def to_markdown(table: pd.DataFrame) -> str:
-    best = best_per_column(table)
-    head = ["model"] + list(table.columns)
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-    for label, row in table.iterrows():
-        cells = [str(label), str(row["seeds"])] + [_cell(row[c], best.get(c) == label, "md") for c in table.columns[1:]]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _styler(table: PivotTable, pm: str, props: str):
+    """A pandas Styler of the text cells with `props` on each column's lowest mean."""
+    text = table.text(pm)
+    best = table.best().reset_index(drop=True)
+    best.insert(0, "seeds", False)
+    best.insert(0, "model", False)
+    return text.style.apply(lambda _: best.replace({True: props, False: ""}).to_numpy(), axis=None).hide(axis="index")
 
 
 HTML_STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse;margin:0.5em 0 1.5em}"
@@ -135,20 +129,8 @@ HTML_STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}tabl
               "{text-align:left}thead th{border-bottom:2px solid #333}caption{text-align:left;padding:4px 0}</style>")
 
 
-def to_html(table: pd.DataFrame, caption: str) -> str:
-    from html import escape
-
-    best = best_per_column(table)
-    out = [f"<table><caption>{escape(caption)}</caption><thead><tr><th>model</th>"
-           + "".join(f"<th>{escape(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
-    for label, row in table.iterrows():
-        cells = [escape(str(label)), escape(str(row["seeds"]))]
-        for c in table.columns[1:]:
-            text = escape(_cell(row[c], False, "md"))
-            cells.append(f"<b>{text}</b>" if best.get(c) == label else text)
-        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
+def to_html(table: PivotTable, caption: str) -> str:
+    return _styler(table, " ± ", "font-weight: bold").set_caption(caption).to_html()
 
 
 def html_page(title: str, body: list[str]) -> str:
@@ -158,21 +140,15 @@ def html_page(title: str, body: list[str]) -> str:
             f"<body><h2>{escape(title)}</h2>{''.join(body)}</body></html>\n")
 
 
-def to_latex(table: pd.DataFrame, caption: str, label: str) -> str:
-    """A booktabs table; `caption` is LaTeX source (escape it yourself)."""
-    best = best_per_column(table)
-    cols = list(table.columns)
-    out = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}", rf"\label{{{label}}}",
-           r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule",
-           " & ".join(["Model"] + [_latex_escape(c) for c in cols]) + r" \\", r"\midrule"]
-    for label_, row in table.iterrows():
-        if label_ == "oracle":
-            out.append(r"\midrule")
-        cells = [_latex_escape(str(label_)), _latex_escape(str(row["seeds"]))]
-        cells += [_cell(row[c], best.get(c) == label_, "tex") for c in cols[1:]]
-        out.append(" & ".join(cells) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(out)
+def to_latex(table: PivotTable, caption: str, label: str) -> str:
+    """A booktabs table; `caption` is LaTeX source (escape it yourself).  Model names and column headers are
+    escaped; the cells are numbers with $\\pm$, bold (\\textbf) at each column's lowest mean."""
+    styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;").format_index(escape="latex", axis=1)
+    styler = styler.format(escape="latex", subset=["model", "seeds"])
+    tex = styler.to_latex(hrules=True, caption=caption, label=label, position="t", position_float="centering",
+                          column_format="l" + "r" * (len(table.means.columns) + 1))
+    # A rule between the models and the oracle line, as in the published tables.
+    return tex.replace("\noracle &", "\n\\midrule\noracle &").rstrip("\n")
 
 
 def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl: float | None,
@@ -189,7 +165,7 @@ def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl:
         fh.write("\n".join(md))
     tex = [f"% Study {name}: generated by lmgrid aggregate; needs \\usepackage{{booktabs}}"]
     for split in ("test", "valid"):
-        caption = (f"{split.capitalize()} perplexity of study {_latex_escape(name)}: mean $\\pm$ std over seeds; "
+        caption = (f"{split.capitalize()} perplexity of study {latex_escape(name)}: mean $\\pm$ std over seeds; "
                    "lowest mean per column in bold.")
         tex += [to_latex(pivot(summary, split, _oracle(oracle_ppl, split)), caption, f"tab:{name}-{split}"), ""]
     with atomic_write(tex_path) as fh:
@@ -203,6 +179,11 @@ def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl:
                             "lowest mean per column in bold."))
     with atomic_write(html_path) as fh:
         fh.write(html_page(f"Study {name}", body))
+
+
+def latex_escape(name: str) -> str:
+    """A study name in LaTeX: the schema allows only letters, digits and `_ . -`, so `_` is the one to escape."""
+    return name.replace("_", r"\_")
 
 
 def _oracle(oracle: dict | float | None, split: str) -> float | None:
