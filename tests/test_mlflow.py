@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from mlflow import MlflowClient
 
 from lmgrid.aggregate import build
 from lmgrid.aggregate.fixtures import write_fake_results
-from lmgrid.aggregate.tracking import TAG_KEY, sync
+from lmgrid.aggregate.tracking import TAG_KEY, registered_name, sync
 from lmgrid.runkey import all_runs
 
 CORPUS = "fx"
@@ -110,6 +111,52 @@ def test_sync_contents_and_idempotence(results, tmp_path):
     # N-gram settings are params, its timings metrics.
     assert row["params.order"] == "2" and row["params.settings.discounts"] == "[0.5, 0.8]"
     assert row["metrics.timing.score_s"] == 0.25
+
+
+SETTINGS = {"corpus": {"name": CORPUS, "kind": "synth", "synth": {"seed": 4}}, "vocab": {"min_count": 2}}
+
+
+def test_runs_are_complete_records(results, tmp_path):
+    """Training's start and end, the model, the data as dataset inputs with digests, corpus and vocabulary
+    settings, the benchmark's peak RSS and CPU time; no stray Default experiment; optional registration."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS, register_models=True)
+    client = MlflowClient(tracking_uri=uri)
+    assert [e.name for e in client.search_experiments()] == [CORPUS]  # Default is gone (deleted, not listed)
+    runs = active_runs(uri)
+    for tag, model_files in ((f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2", {"model.ckpt", "vocab.json"}),
+                             (f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0", {"model.arpa"})):
+        row = runs[runs[f"tags.{TAG_KEY}"] == tag].iloc[0]
+        run = client.get_run(row["run_id"])
+        m = json.loads((results / tag / "metrics.json").read_text())
+        assert (run.info.start_time, run.info.end_time) == (int(m["start_unix_s"] * 1000), int(m["end_unix_s"] * 1000))
+        assert {a.path.split("/")[-1] for a in client.list_artifacts(run.info.run_id, "model")} == model_files
+        inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
+        assert set(inputs) == {"train", "valid", "test", "vocab"}
+        with (results / f"results/{CORPUS}/corpus/train.txt").open("rb") as fh:
+            assert inputs["train"].dataset.digest == hashlib.file_digest(fh, "sha256").hexdigest()[:32]
+        assert {t.value for t in inputs["vocab"].tags} == {"vocabulary"}
+        params = run.data.params
+        assert params["corpus.kind"] == "synth" and params["corpus.synth.seed"] == "4"
+        assert params["vocab.min_count"] == "2" and params["vocab.size"] == "6" and params["corpus.train.tokens"] == "30"
+        key = next(k for k in all_runs(STUDIES) if k.run_dir(CORPUS) == tag)
+        assert run.data.metrics["bench_wall_s"] == 2.0 + key.n_step and run.data.metrics["bench_cpu_s"] == 1.25
+        assert run.data.metrics["bench_max_rss_mib"] == 101.0
+        versions = client.search_model_versions(f"name = '{registered_name(CORPUS, key)}'")
+        assert [v.run_id for v in versions] == [run.info.run_id]
+    # Idempotent: nothing new on a second sync.
+    second = sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS, register_models=True)
+    assert (second["created"], second["replaced"]) == (0, 0) and second["studies"] == first["studies"]
+    # Changed data leaves a trace: every cell's run is replaced, with the new digest.
+    train = results / f"results/{CORPUS}/corpus/train.txt"
+    saved = train.read_text()
+    try:
+        train.write_text(saved + "one more sentence\n")
+        third = sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS)
+    finally:
+        train.write_text(saved)
+    # Every cell, and both studies (their runs tables list the new run ids).
+    assert (third["created"], third["replaced"]) == (0, len(all_runs(STUDIES)) + 2)
 
 
 def _free_port() -> int:

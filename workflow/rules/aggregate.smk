@@ -39,16 +39,24 @@ rule mlflow_sync:
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         studies=snakemake_outputs(config["studies"]),
+        # The data every run saw: logged as dataset inputs with digests, so changed data re-syncs and shows.
+        data=expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
+        stats="results/{corpus}/corpus/corpus_stats.json",
+        vocab="results/{corpus}/vocab.json",
+        vocab_report="results/{corpus}/vocab_report.json",
     output:
         "results/{corpus}/mlflow_sync.json",
     params:
         studies=STUDIES_JSON,
         uri=MLFLOW["tracking_uri"],
         prefix=shlex.quote(MLFLOW["experiment_prefix"]),
+        data_settings=shlex.quote(json.dumps({"corpus": config["corpus"], "vocab": config["vocab"]}, sort_keys=True)),
+        register="--register-models" if MLFLOW["register_models"] else "",
     log:
         "results/{corpus}/logs/mlflow_sync.log",
     conda:
         ENV
     shell:
         "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
-        "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --out {output} > {log} 2>&1"
+        "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --data-settings {params.data_settings} "
+        "{params.register} --out {output} > {log} 2>&1"

@@ -34,7 +34,12 @@ def cmd_aggregate(a) -> None:
 def cmd_sync(a) -> None:
     from .tracking import sync
 
-    result = sync(a.tracking_uri, a.corpus, _studies(a.studies), a.root, a.experiment_prefix)
+    try:
+        data_settings = json.loads(a.data_settings)
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"--data-settings: not valid JSON ({e})") from None
+    result = sync(a.tracking_uri, a.corpus, _studies(a.studies), a.root, a.experiment_prefix, data_settings,
+                  a.register_models)
     print(f"mlflow: experiment {result['experiment']!r} at {a.tracking_uri}: {result['created']} created, "
           f"{result['replaced']} replaced, {result['unchanged']} unchanged", file=sys.stderr)
     if a.out:
@@ -56,4 +61,6 @@ def register(sub) -> None:
     s.add_argument("--experiment-prefix", default="")
     s.add_argument("--root", default=".")
     s.add_argument("--out", help="write a JSON record of the sync (counts and run ids) here")
+    s.add_argument("--data-settings", default="{}", help="JSON: the config's corpus and vocab sections (run params)")
+    s.add_argument("--register-models", action="store_true", help="also register each run's model (a version)")
     s.set_defaults(func=cmd_sync)

@@ -63,7 +63,27 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
                             0.001, round(0.4 * (e + 1), 3)])
     if key.arch in GATED_ARCHS:
         write_gates(run_dir / "gates.csv", key, rng, units)
+    # A made-up model file and when the "training" ran (fixed, so fixtures are reproducible).
+    m.update({"start_unix_s": 1.7e9 + 100 * key.n_step, "end_unix_s": 1.7e9 + 100 * key.n_step + 1.5})
+    with atomic_write(run_dir / ("model.arpa" if key.is_ngram else "model.ckpt"), "wb") as fh:
+        fh.write(f"fake model of {key.name}\n".encode())
     write_json(run_dir / "metrics.json", m)
+
+
+def write_data(root: Path, corpus: str, keys: list[RunKey]) -> None:
+    """Corpus splits, vocabulary, their reports and one Snakemake benchmark file per run."""
+    base = root / f"results/{corpus}"
+    for split in ("train", "valid", "test"):
+        with atomic_write(base / f"corpus/{split}.txt") as fh:
+            fh.write(f"the {split} sentence\n" * 10)
+    write_json(base / "vocab.json", {"tokens": ["<pad>", "<unk>", "<s>", "</s>", "the", "sentence"]})
+    write_json(base / "vocab_report.json", {"vocab_size": 6, "min_count": 1, "max_size": 0})
+    write_json(base / "corpus/corpus_stats.json", {"splits": {s: {"sentences": 10, "tokens": 30}
+                                                             for s in ("train", "valid", "test")}})
+    for key in keys:
+        with atomic_write(root / key.beside(corpus, "benchmarks/runs", ".tsv")) as fh:
+            fh.write("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+                     f"{2.0 + key.n_step:.2f}\t0:00:0{key.n_step}\t{100 + key.layers:.2f}\t1\t1\t1\t0\t0\t0\t1.25\n")
 
 
 def write_gates(path: Path, key: RunKey, rng: np.random.Generator, units: int) -> None:
@@ -94,6 +114,7 @@ def write_fake_results(root: str | Path, corpus: str, studies: dict, oracle: boo
     keys = all_runs(studies)
     for key in keys:
         write_run(root / key.run_dir(corpus), key)
+    write_data(root, corpus, keys)
     if oracle:
         tokens = 1000
         o = {s: {"ppl": ORACLE_PPL, "nll_nats": tokens * math.log(ORACLE_PPL), "tokens": tokens, "oov_tokens": 0,

@@ -60,6 +60,14 @@ def experiment_id(client, name: str, uri: str) -> str:
     return client.create_experiment(name, artifact_location=location)
 
 
+def _drop_empty_default(client) -> None:
+    """A new store starts with an experiment `Default` whose artifacts would go to ./mlruns; lmgrid never uses it,
+    so an empty one is deleted (MLflow keeps it as deleted: it is out of the UI and of searches)."""
+    default = client.get_experiment("0")
+    if default is not None and default.lifecycle_stage == "active" and not client.search_runs(["0"], max_results=1):
+        client.delete_experiment("0")
+
+
 def environment() -> dict[str, str]:
     """The project's git commit and the installed package versions, recorded on every run."""
     tags = {}
@@ -147,44 +155,95 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
     return {"params": params, "tags": tags, "final": final, "history": history}
 
 
-def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list) -> None:
+def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int) -> None:
+    """One log_batch call: MLflow splits it into requests within its per-batch limits itself."""
     from mlflow.entities import Metric, Param, RunTag
 
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, v, now, 0) for k, v in final.items()] + [Metric(k, v, now, s) for k, v, s in history]
-    p = [Param(k, v) for k, v in params.items()]
-    t = [RunTag(k, v) for k, v in tags.items()]
-    for i in range(0, max(len(p), len(t)), 100):  # MLflow's log_batch limits: 100 params/tags, 1000 metrics
-        client.log_batch(run_id, params=p[i:i + 100], tags=t[i:i + 100])
-    for i in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    metrics = [Metric(k, v, when_ms, 0) for k, v in final.items()] + [Metric(k, v, when_ms, s) for k, v, s in history]
+    client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+def run_times_ms(run_dir: Path, metrics: dict) -> tuple[int, int]:
+    """When the run's work began and ended: metrics.json's start_unix_s / end_unix_s; for results written before
+    those existed, the file's modification time and wall_s."""
+    end = metrics.get("end_unix_s") or (run_dir / "metrics.json").stat().st_mtime
+    start = metrics.get("start_unix_s") or end - float(metrics.get("wall_s") or 0.0)
+    return int(start * 1000), int(end * 1000)
+
+
+def benchmark_metrics(path: Path) -> dict[str, float]:
+    """The job's Snakemake benchmark file (wall time, peak RSS, CPU time) as metrics; {} when there is none."""
+    if not path.is_file():
+        return {}
+    row = pd.read_csv(path, sep="\t").iloc[0]
+    names = {"s": "bench_wall_s", "max_rss": "bench_max_rss_mib", "cpu_time": "bench_cpu_s"}
+    return {name: float(row[col]) for col, name in names.items() if col in row and pd.notna(pd.to_numeric(row[col], errors="coerce"))}
+
+
+class CorpusData:
+    """What every run of a corpus was trained and scored on: its splits and vocabulary as MLflow dataset inputs
+    (with sha256 digests, so retraining on changed data shows), and the corpus and vocabulary settings as params."""
+
+    def __init__(self, root: Path, corpus: str, settings: dict | None = None):
+        base = root / f"results/{corpus}"
+        files = {s: base / f"corpus/{s}.txt" for s in ("train", "valid", "test")} | {"vocab": base / "vocab.json"}
+        self.files = {name: path for name, path in files.items() if path.is_file()}
+        self.digests = {}
+        for name, path in self.files.items():
+            with path.open("rb") as fh:
+                self.digests[name] = hashlib.file_digest(fh, "sha256").hexdigest()
+        self.params: dict[str, str] = {}
+        _flatten("", settings or {}, self.params)
+        if (base / "vocab_report.json").is_file():
+            self.params["vocab.size"] = str(read_json(base / "vocab_report.json")["vocab_size"])
+        if (base / "corpus/corpus_stats.json").is_file():
+            for split, stats in read_json(base / "corpus/corpus_stats.json")["splits"].items():
+                for k in ("sentences", "tokens"):
+                    if k in stats:
+                        self.params[f"corpus.{split}.{k}"] = str(stats[k])
+
+    def fingerprint(self) -> str:
+        return json.dumps([self.digests, self.params], sort_keys=True)
+
+    def log_inputs(self, client, run_id: str) -> None:
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.sources import LocalArtifactDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+
+        # MLflow stores at most 36 characters of a dataset digest: the first 32 hex digits of the sha256.
+        inputs = [DatasetInput(MetaDataset(LocalArtifactDatasetSource(str(path.resolve())), name=name,
+                                           digest=self.digests[name][:32])._to_mlflow_entity(),
+                               tags=[InputTag("mlflow.data.context", "vocabulary" if name == "vocab" else name)])
+                  for name, path in self.files.items()]
+        if inputs:
+            client.log_inputs(run_id, datasets=inputs)
 
 
 class Syncer:
-    def __init__(self, uri: str, experiment: str):
+    def __init__(self, uri: str, experiment: str, data: CorpusData | None = None, register_models: bool = False):
         self.uri = uri
         self.client = client_for(uri)
+        self.experiment = experiment
         self.experiment_id = experiment_id(self.client, experiment, uri)
+        _drop_empty_default(self.client)
         self.env = environment()
+        self.data = data
+        self.register_models = register_models
         self.existing = self._existing()
         self.counts = {"created": 0, "replaced": 0, "unchanged": 0}
         self._packages = None
 
     def _existing(self) -> dict[str, object]:
         """Active runs by run-key tag; stray duplicates (a sync killed mid-way) are deleted."""
+        import mlflow
         from mlflow.entities import ViewType
 
         found: dict[str, list] = {}
-        token = None
-        while True:
-            page = self.client.search_runs([self.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
-                                           max_results=1000, page_token=token)
-            for r in page:
-                if TAG_KEY in r.data.tags:
-                    found.setdefault(r.data.tags[TAG_KEY], []).append(r)
-            token = page.token
-            if not token:
-                break
+        mlflow.set_tracking_uri(self.uri)  # the fluent search pages through every result itself
+        for r in mlflow.search_runs([self.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, output_format="list"):
+            if TAG_KEY in r.data.tags:
+                found.setdefault(r.data.tags[TAG_KEY], []).append(r)
         out = {}
         for key, runs in found.items():
             runs.sort(key=lambda r: (r.data.tags.get(TAG_HASH) is not None, r.info.start_time), reverse=True)
@@ -201,7 +260,7 @@ class Syncer:
         p.write_text(self._packages, encoding="utf-8")
         return p
 
-    def _start(self, tag: str, digest: str, run_name: str, tags: dict):
+    def _start(self, tag: str, digest: str, run_name: str, tags: dict, start_ms: int | None = None):
         """The existing run for `tag` if its content hash matches (None), else a fresh run."""
         old = self.existing.get(tag)
         if old is not None and old.data.tags.get(TAG_HASH) == digest:
@@ -210,7 +269,7 @@ class Syncer:
                 if old.data.tags.get(k) != v:
                     self.client.set_tag(old.info.run_id, k, v)
             return old, False
-        run = self.client.create_run(self.experiment_id, run_name=run_name,
+        run = self.client.create_run(self.experiment_id, run_name=run_name, start_time=start_ms,
                                      tags={TAG_KEY: tag, **self.env, **tags})
         if old is not None:
             self.client.set_tag(run.info.run_id, "lmgrid.replaces", old.info.run_id)
@@ -221,24 +280,50 @@ class Syncer:
         self.existing[tag] = run
         return run, True
 
-    def _finish(self, run_id: str, digest: str) -> None:
+    def _finish(self, run_id: str, digest: str, end_ms: int | None = None) -> None:
         # The hash goes last: a run killed before this point is replaced on the next sync.
         self.client.set_tag(run_id, TAG_HASH, digest)
-        self.client.set_terminated(run_id, "FINISHED")
+        self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
 
-    def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str]) -> str:
-        """`tag` is the run folder relative to the repository (results/<corpus>/runs/...)."""
+    def _log_model(self, key: RunKey, run_id: str, run_dir: Path, stage: Path) -> None:
+        """The model under artifacts model/: model.arpa (n-gram), or model.ckpt with the vocabulary (neural; what
+        `lmgrid score/generate` load).  With mlflow.register_models, also a registered model version."""
+        files = [run_dir / "model.arpa"] if key.is_ngram else [run_dir / "model.ckpt"]
+        if not key.is_ngram and self.data is not None and "vocab" in self.data.files:
+            files.append(self.data.files["vocab"])
+        (stage / "model").mkdir()
+        for f in files:
+            if f.is_file():
+                shutil.copyfile(f, stage / "model" / f.name)
+        if self.register_models:
+            name = registered_name(self.experiment, key)
+            from mlflow.exceptions import MlflowException
+
+            try:
+                self.client.create_registered_model(name)
+            except MlflowException:
+                pass  # registered by an earlier sync: add a version
+            self.client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id)
+
+    def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str], bench: Path | None = None) -> str:
+        """`tag` is the run folder relative to the repository (results/<corpus>/runs/...); `bench` the job's
+        Snakemake benchmark file."""
         files = [run_dir / f for f in ("metrics.json", "log.csv", "gates.csv")]
         if not files[0].is_file():
             raise LmgridError(f"{files[0]}: file not found (run the training first)")
-        digest = _sha(files)
+        digest = _sha(files, extra=self.data.fingerprint() if self.data else "")
         tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
-        run, fresh = self._start(tag, digest, key.name, tags)
+        start_ms, end_ms = run_times_ms(run_dir, read_json(files[0]))
+        run, fresh = self._start(tag, digest, key.name, tags, start_ms)
         if not fresh:
             return run.info.run_id
         rid = run.info.run_id
         payload = cell_payload(key, run_dir)
-        _log_all(self.client, rid, payload["params"], payload["tags"], payload["final"], payload["history"])
+        params = {**payload["params"], **(self.data.params if self.data else {})}
+        final = {**payload["final"], **(benchmark_metrics(bench) if bench else {})}
+        _log_all(self.client, rid, params, payload["tags"], final, payload["history"], end_ms)
+        if self.data is not None:
+            self.data.log_inputs(self.client, rid)
         with tempfile.TemporaryDirectory() as tmp:  # staged, then one upload (one request over http)
             for f in files:
                 if f.is_file():
@@ -248,8 +333,9 @@ class Syncer:
 
                 run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
             self._packages_file(Path(tmp) / "environment")
+            self._log_model(key, rid, run_dir, Path(tmp))
             self.client.log_artifacts(rid, tmp)
-        self._finish(rid, digest)
+        self._finish(rid, digest, end_ms)
         return rid
 
     def sync_study(self, name: str, study: dict, study_dir: Path, cell_ids: dict[RunKey, str],
@@ -270,7 +356,7 @@ class Syncer:
         final = {"runs": float(len(keys))}
         if runs["test_ppl"].notna().any():
             final["best_test_ppl"] = float(runs["test_ppl"].min())
-        _log_all(self.client, rid, params, {}, final, [])
+        _log_all(self.client, rid, params, {}, final, [], int(time.time() * 1000))
         self.client.log_table(rid, runs, "tables/runs.json")
         with tempfile.TemporaryDirectory() as tmp:
             for p in files:
@@ -284,10 +370,17 @@ class Syncer:
         return rid
 
 
-def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "") -> dict:
-    """Sync every run of every study, then one run per study; returns counts and run ids."""
+def registered_name(experiment: str, key: RunKey) -> str:
+    """The registered-model name of a grid cell (mlflow.register_models): experiment and run key."""
+    return f"{experiment}.{key.arch}.{key.impl}.n{key.n_step}.l{key.layers}.{key.regime}.s{key.seed}"
+
+
+def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "",
+         data_settings: dict | None = None, register_models: bool = False) -> dict:
+    """Sync every run of every study, then one run per study; returns counts and run ids.  `data_settings`: the
+    config's corpus and vocab sections, logged as params with the dataset inputs."""
     root = Path(root)
-    syncer = Syncer(uri, experiment_prefix + corpus)
+    syncer = Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings), register_models)
     membership: dict[RunKey, list[str]] = {}
     for name, study in studies.items():
         for k in expand_study(study):
@@ -295,7 +388,8 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
     cell_ids, test_ppl = {}, {}
     for key in all_runs(studies):
         run_dir = root / key.run_dir(corpus)
-        cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key])
+        cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
+                                         root / key.beside(corpus, "benchmarks/runs", ".tsv"))
         test_ppl[key] = read_json(run_dir / "metrics.json")["test"]["ppl"]
     study_ids = {}
     for name, study in studies.items():

@@ -226,6 +226,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp)
     epoch_log.write(run_dir / "log.csv")
     metrics["wall_s"] = round(time.time() - t0, 3)
+    # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
+    metrics["start_unix_s"], metrics["end_unix_s"] = round(t0, 3), round(time.time(), 3)
     write_json(run_dir / "metrics.json", metrics)
     print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "

@@ -199,6 +199,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
         raise LmgridError(f"arch {arch!r}: not an n-gram architecture ({', '.join(METHODS)})")
     if memory_mb <= 0:
         raise LmgridError(f"ngram.memory_mb: must be > 0, got {memory_mb}")
+    start_unix_s = time.time()
     t0 = time.perf_counter()
     timing = {}
 
@@ -238,6 +239,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
                "regime": key.regime, "seed": key.seed, **scores,
                "params": sum(sizes), "order": order, "method": arch, "settings": settings,
                "ngrams_per_order": sizes, "arpa_written": arpa_on,
-               "timing": timing, "wall_s": round(sum(timing.values()), 3)}
+               "timing": timing, "wall_s": round(sum(timing.values()), 3),
+               "start_unix_s": round(start_unix_s, 3), "end_unix_s": round(time.time(), 3)}
     write_json(metrics_path, metrics)
     return metrics
