@@ -13,7 +13,7 @@ export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup run test test-all report lint clean status plan
+.PHONY: setup run test test-all report lint clean status plan report-check
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -31,7 +31,7 @@ setup: $(STAMP)
 
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
 run: $(STAMP)
-	$(SMK) --cores $(CORES) $(SMKCFG)
+	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG)
 	$(SMK) --cores 1 $(SMKCFG) --report results/report.html
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
@@ -45,6 +45,13 @@ plan: $(STAMP)
 ## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
 test: $(TSTAMP)
 	$(PY) -m pytest
+
+## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
+## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)
+report-check: $(TSTAMP)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
+		|| echo "report-check: no chromium and not root: apt-get install chromium"
+	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
 
 lint: $(STAMP)
 	$(SMK) --lint

@@ -41,15 +41,18 @@ onstart:
 
 onsuccess:
     stop_warm_server()
+    build_report()
 
 
 onerror:
     stop_warm_server()
+    drop_stale_report()
 
 
 rule all:
     input:
         f"results/{CORPUS}/summary.csv",
         f"results/{CORPUS}/summary.md",
+        f"results/{CORPUS}/summary.html",
         expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",

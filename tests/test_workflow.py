@@ -1,5 +1,6 @@
 """End to end: the Snakemake DAG on a tiny config in a temporary directory."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -138,3 +139,58 @@ def test_typed_overrides_through_snakemake(tmp_path, repo):
     errors = [line for line in r.stderr.splitlines() if line.startswith("lmgrid: error:")]
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert errors == ["lmgrid: error: --config: train.per_arch.transformer.lrr: unknown key (did you mean 'lr'?)"]
+
+
+# ---- the HTML report: rebuilt by every successful run, never older than the results, sound in a browser --------
+
+def test_a_run_rebuilds_the_report_after_its_results(finished):
+    report = finished / "results" / "report.html"
+    assert report.is_file()
+    results = [p for p in (finished / "results" / "tiny").rglob("*") if p.is_file() and "logs" not in p.parts]
+    assert report.stat().st_mtime >= max(p.stat().st_mtime for p in results)
+    html = report.read_text(encoding="utf-8")
+    assert '"results/tiny/summary.html"' in html  # the summary table, category Summary
+    assert "<li><strong>context</strong>:" in html  # workflow.rst's study list is a list
+
+
+def test_a_failed_run_removes_a_stale_report(tmp_path, monkeypatch):
+    from lmgrid.report import drop_if_stale
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "c").mkdir(parents=True)
+    report = tmp_path / "results" / "report.html"
+    report.write_text("<html></html>")
+    (tmp_path / "results" / "c" / "summary.csv").write_text("x\n")
+    os.utime(report, (1, 1))
+    assert drop_if_stale(Path("results/c")) and not report.exists()
+
+
+def _browser_or_skip():
+    import importlib.util
+    import os
+
+    from lmgrid.report import chromium
+
+    missing = ("playwright is not installed" if importlib.util.find_spec("playwright") is None
+               else "no Chromium (apt-get install chromium)" if chromium() is None else None)
+    if missing:
+        if os.environ.get("LMGRID_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"browser check required (LMGRID_REQUIRE_BROWSER=1) but {missing}")
+        pytest.skip(missing)
+
+
+def test_the_report_opens_in_a_real_browser(finished, tmp_path):
+    """Headless Chromium: no console or page error while it loads and each results entry opens; every embedded
+    image decodes.  A copy with a broken image and a console error must fail the same check."""
+    _browser_or_skip()
+    from lmgrid.report import check
+
+    n, problems = check(finished / "results" / "report.html")
+    assert n >= 3 and problems == []  # summary, table, figure
+    html = (finished / "results" / "report.html").read_text(encoding="utf-8")
+    broken = re.sub(r"(data:image/png;charset=utf8;filename=[^;]+;base64,)[A-Za-z0-9+/]{40}", r"\1" + "A" * 40,
+                    html, count=1)
+    end = broken.rfind("</body>")
+    (tmp_path / "broken.html").write_text(broken[:end] + '<script>console.error("boom")</script>' + broken[end:])
+    _, problems = check(tmp_path / "broken.html")
+    assert any("image does not decode" in p for p in problems) and any("console error: boom" in p for p in problems)

@@ -64,7 +64,7 @@ def cmd_oracle(a) -> None:
 def cmd_summary(a) -> None:
     from .summary import write
 
-    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md)
+    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html)
 
 
 def cmd_score(a) -> None:
@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics", nargs="*", default=[])
     s.add_argument("--csv", required=True)
     s.add_argument("--md", required=True)
+    s.add_argument("--html", help="also the tables as one HTML page (for the Snakemake report)")
     s.set_defaults(func=cmd_summary)
 
     s = sub.add_parser("score", help="per-sentence log-prob and PPL of a text file under a trained run")

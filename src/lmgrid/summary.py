@@ -42,7 +42,7 @@ def stats_table(corpus_stats_path: str, vocab_report_path: str) -> pd.DataFrame:
 
 
 def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_path: str | None,
-          metrics_paths: list[str], csv_out: str, md_out: str) -> pd.DataFrame:
+          metrics_paths: list[str], csv_out: str, md_out: str, html_out: str | None = None) -> pd.DataFrame:
     stats = stats_table(corpus_stats_path, vocab_report_path)
     table = ppl_table(oracle_path, metrics_paths)
     with atomic_write(csv_out) as fh:
@@ -56,5 +56,15 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
           ""]
     with atomic_write(md_out) as fh:
         fh.write("\n".join(md))
+    if html_out:
+        from .aggregate.tables import html_page
+
+        ppl = table.drop(columns=["arch", "impl"]).style.format(precision=2, na_rep="").hide(axis="index")
+        body = [f"<p>Vocabulary: {stats.attrs['vocab_size']} entries (4 specials included).</p>",
+                stats.style.format(precision=4, na_rep="").hide(axis="index").set_caption("Corpus").to_html(),
+                ppl.set_caption("Perplexity of every model (every word and one &lt;/s&gt; per sentence; never "
+                                "&lt;s&gt;)").to_html()]
+        with atomic_write(html_out) as fh:
+            fh.write(html_page(f"Results: {corpus}", body))
     return table
 

@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
@@ -155,3 +156,23 @@ def stop_warm_server():
 
 
 WARM_SERVER = []
+
+
+# The HTML report is rebuilt after every successful run with the run's own config (LMGRID_REPORT=0: not; `make
+# run` builds it itself, also when nothing was to be done); a failed run removes a report older than the results.
+def build_report():
+    from lmgrid.report import REPORT, build
+
+    if os.environ.get("LMGRID_REPORT", "1") == "0":
+        return
+    overrides = [f"{k}={json.dumps(v)}" for k, v in dict(workflow.config_settings.config).items()]
+    error = build(workflow.main_snakefile, os.getcwd(), workflow.config_settings.configfiles, overrides)
+    print(f"lmgrid: error: {error}" if error else f"lmgrid: report {REPORT} rebuilt", file=sys.stderr)
+
+
+def drop_stale_report():
+    from lmgrid.report import drop_if_stale
+
+    note = drop_if_stale(Path(f"results/{CORPUS}"))
+    if note:
+        print(f"lmgrid: {note}", file=sys.stderr)

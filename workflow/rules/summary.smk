@@ -8,6 +8,7 @@ rule summary:
     output:
         csv="results/{corpus}/summary.csv",
         md="results/{corpus}/summary.md",
+        html=report("results/{corpus}/summary.html", caption="../report/summary.rst", category="Summary"),
     params:
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
     log:
@@ -17,4 +18,4 @@ rule summary:
     shell:
         "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
         "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
-        "--csv {output.csv} --md {output.md} > {log} 2>&1"
+        "--csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
