@@ -2,41 +2,22 @@
 that changes what a run computes reschedules exactly the runs it affects, and the dry run names it."""
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-CONFIG = {
-    "corpus": {"name": "tiny", "kind": "synth",
-               "synth": {"seed": 3, "sentences": {"train": 300, "valid": 50, "test": 50},
-                         "grammar": {"nouns": 20, "adjectives": 5, "intransitive_verbs": 5,
-                                     "transitive_verbs": 5, "adverbs": 3}}},
-    "vocab": {"min_count": 1},
-    "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [3]}},
-    "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
-              "log_every": 0},
-}
+from test_workflow import TINY, planned_jobs, snakemake
 
-
-def snakemake(workdir: Path, repo: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+CONFIG = {**TINY, "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [3]}},
+          "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
+                    "log_every": 0}}
 
 
 def planned(workdir: Path, repo: Path, *config: str) -> tuple[dict[str, int], str]:
     r = snakemake(workdir, repo, "-n", "--config", *config)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
-    if "Nothing to be done" in out:
-        return {}, out
-    table = out.split("Job stats:", 1)[1]
-    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
-    return jobs, out
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return planned_jobs(r), r.stdout + r.stderr
 
 
 @pytest.fixture(scope="module")
