@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lmgrid.aggregate import build, layout
+from lmgrid.aggregate import build, collect, layout, tables
 from lmgrid.aggregate.fixtures import write_fake_results
 from lmgrid.errors import LmgridError
 from lmgrid.runkey import expand_study
@@ -206,3 +206,13 @@ def test_a_study_name_must_be_a_folder_name():
     config["studies"] = {"my study/1": {"arch": ["kn"], "n_step": [2]}}
     with pytest.raises(LmgridError, match=r"studies: 'my study/1' does not match"):
         check_schema(config, REPO / "workflow/schemas/config.schema.yaml")
+
+
+def test_html_tables_are_the_same_from_run_to_run(built):
+    """pandas Styler draws a random table id unless given one: the pages must not change between identical runs."""
+    root, _ = built
+    page = root / f"results/{CORPUS}/studies/context/table.html"
+    first = page.read_text()
+    summary = tables.summarise(collect.load_study(expand_study(STUDIES["context"]), CORPUS, root)["runs"])
+    assert tables.to_html(tables.pivot(summary), "c", "test_ppl") == tables.to_html(tables.pivot(summary), "c", "test_ppl")
+    assert 'id="T_test_ppl"' in first and 'id="T_valid_ppl"' in first

@@ -59,9 +59,10 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
     if html_out:
         from .aggregate.tables import html_page
 
-        ppl = table.drop(columns=["arch", "impl"]).style.format(precision=2, na_rep="").hide(axis="index")
+        # Fixed table ids (Styler draws random ones): the page is the same from run to run.
+        ppl = table.drop(columns=["arch", "impl"]).style.set_uuid("ppl").format(precision=2, na_rep="").hide(axis="index")
         body = [f"<p>Vocabulary: {stats.attrs['vocab_size']} entries (4 specials included).</p>",
-                stats.style.format(precision=4, na_rep="").hide(axis="index").set_caption("Corpus").to_html(),
+                stats.style.set_uuid("corpus").format(precision=4, na_rep="").hide(axis="index").set_caption("Corpus").to_html(),
                 ppl.set_caption("Perplexity of every model (every word and one &lt;/s&gt; per sentence; never "
                                 "&lt;s&gt;)").to_html()]
         with atomic_write(html_out) as fh:

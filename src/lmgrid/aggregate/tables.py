@@ -129,8 +129,10 @@ HTML_STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}tabl
               "{text-align:left}thead th{border-bottom:2px solid #333}caption{text-align:left;padding:4px 0}</style>")
 
 
-def to_html(table: PivotTable, caption: str) -> str:
-    return _styler(table, " ± ", "font-weight: bold").set_caption(caption).to_html()
+def to_html(table: PivotTable, caption: str, table_id: str) -> str:
+    # A fixed id (Styler draws a random one) keeps the file the same from run to run, and apart from the page's
+    # other tables.
+    return _styler(table, " ± ", "font-weight: bold").set_uuid(table_id).set_caption(caption).to_html()
 
 
 def html_page(title: str, body: list[str]) -> str:
@@ -176,7 +178,7 @@ def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl:
     for split in ("test", "valid"):
         body.append(to_html(pivot(summary, split, _oracle(oracle_ppl, split)),
                             f"{split.capitalize()} perplexity, mean ± std over seeds (seeds = how many); "
-                            "lowest mean per column in bold."))
+                            "lowest mean per column in bold.", f"{split}_ppl"))
     with atomic_write(html_path) as fh:
         fh.write(html_page(f"Study {name}", body))
 
