@@ -43,7 +43,7 @@ def grid(tmp_path, monkeypatch):
     now = time.time()
     (ckpt / "progress.json").write_text(json.dumps({
         "pid": os.getpid(), "host": socket.gethostname(), "epoch": 3, "max_epochs": 10, "batch": 50,
-        "batches": 100, "epoch_started_at": now - 4.0, "updated_at": now, "valid_ppl": 21.5, "last_epoch_s": 8.0}))
+        "batches": 100, "started_at": now - 20.0, "epoch_started_at": now - 4.0, "updated_at": now, "valid_ppl": 21.5, "last_epoch_s": 8.0}))
     # Failed: the job log ends with the one-line error.
     log = Path(KN.beside("c", "logs/ngram", ".log"))
     log.parent.mkdir(parents=True)
@@ -58,7 +58,10 @@ def test_status_states_eta_and_estimates(grid):
     running = cells[LSTM[3]]
     assert running.state == "running" and "epoch 3/10 (50%)" in running.detail and "valid PPL 21.50" in running.detail
     assert "epoch ends in ~4 s" in running.detail
-    assert running.left_s == pytest.approx(4.0 + 7 * 8.0, abs=1.0)  # this epoch's rest + 7 epochs to the cap
+    assert running.spent_s == pytest.approx(20.0, abs=1.0)
+    # At most this epoch's rest + 7 epochs to the cap (60 s); the finished lstm cell took 10 s, less than this one
+    # has run already, so what is left is the rest of the current epoch.
+    assert running.left_s == pytest.approx(4.0, abs=1.0)
     assert cells[KN].state == "failed" and "not a count table" in cells[KN].detail
     # Pending lstm n5: estimated from the finished lstm cell; the n-gram has nothing like it finished.
     assert cells[LSTM[5]].state == "pending" and cells[LSTM[5]].left_s == 10.0

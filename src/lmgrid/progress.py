@@ -31,6 +31,7 @@ class Cell:
     detail: str = ""
     spent_s: float = 0.0  # job wall seconds so far (done: from the benchmark file)
     left_s: float | None = None  # estimate for running and pending cells; None when nothing to go by
+    least_left_s: float = 0.0  # running: what the current epoch still takes
 
 
 def _log_path(key: RunKey, corpus: str) -> Path:
@@ -66,7 +67,7 @@ def _log_error(log: Path) -> str | None:
     return (errors[-1] if errors[-1].startswith("lmgrid") else lines[-1]).strip() if errors else None
 
 
-def _running_detail(progress: dict) -> tuple[str, float]:
+def _running_detail(progress: dict) -> tuple[str, float, float]:
     """'epoch 3/40 (61%), valid PPL 19.20, epoch ends in ~4 s' and the seconds to the epoch cap at most."""
     now = time.time()
     batch, batches = progress.get("batch", 0), max(progress.get("batches") or 1, 1)
@@ -81,8 +82,8 @@ def _running_detail(progress: dict) -> tuple[str, float]:
     if math.isfinite(epoch_s):
         text += f", epoch ends in ~{fmt_s(epoch_left)}, at most ~{fmt_s(epoch_left + left_epochs * epoch_s)} " \
                 "to the epoch cap (early stopping usually ends it sooner)"
-        return text, epoch_left + left_epochs * epoch_s
-    return text, math.nan
+        return text, epoch_left + left_epochs * epoch_s, epoch_left
+    return text, math.nan, 0.0
 
 
 def cell_state(key: RunKey, corpus: str) -> Cell:
@@ -101,12 +102,12 @@ def cell_state(key: RunKey, corpus: str) -> Cell:
         except (OSError, json.JSONDecodeError):
             progress = None
     if progress and _alive(progress):
-        detail, left = _running_detail(progress)
-        started = log.stat().st_ctime if log.exists() else progress.get("epoch_started_at", time.time())
+        detail, left, epoch_left = _running_detail(progress)
+        started = progress.get("started_at") or progress.get("epoch_started_at") or time.time()
         return Cell(key, "running", detail, spent_s=max(time.time() - started, 0.0),
-                    left_s=left if math.isfinite(left) else None)
+                    left_s=left if math.isfinite(left) else None, least_left_s=epoch_left)
     if log.exists() and time.time() - log.stat().st_mtime < RECENT_S and not _log_error(log):
-        return Cell(key, "running", "started", spent_s=time.time() - log.stat().st_ctime)
+        return Cell(key, "running", "started")
     error = _log_error(log) if log.exists() else None
     if error:
         return Cell(key, "failed", f"{error} (log: {log})")
@@ -157,6 +158,10 @@ def grid_status(config: dict) -> list[Cell]:
     finished = {c.key: c.spent_s for c in cells if c.state == "done" and c.spent_s}
     elsewhere = None
     for c in cells:
+        if c.state == "running" and c.left_s is not None:
+            # The epoch cap bounds a running cell; finished cells like it usually say it ends sooner.
+            like = estimate_s(c.key, finished)
+            c.left_s = min(c.left_s, max(like - c.spent_s, c.least_left_s)) if like is not None else c.left_s
         if c.state in ("pending", "failed"):
             c.left_s = estimate_s(c.key, finished)
             if c.left_s is None:

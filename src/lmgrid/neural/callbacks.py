@@ -91,7 +91,7 @@ class Progress(pl.Callback):
 
     def __init__(self, every: int = 200, path=None):
         self.every, self.path = every, path
-        self._t = self._written = time.time()
+        self._t = self._written = self._started = time.time()
         self._valid_ppl, self._epoch_s = None, None
 
     def on_train_epoch_start(self, trainer, pl_module):
@@ -103,6 +103,7 @@ class Progress(pl.Callback):
         self._written = time.time()
         state = {"pid": os.getpid(), "host": os.uname().nodename, "epoch": trainer.current_epoch + 1,
                  "max_epochs": trainer.max_epochs, "batch": batch, "batches": trainer.num_training_batches,
+                 "started_at": self._started,
                  "epoch_started_at": self._t, "updated_at": self._written, "valid_ppl": self._valid_ppl,
                  "last_epoch_s": self._epoch_s}
         with atomic_write(self.path) as fh:
