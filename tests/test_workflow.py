@@ -150,7 +150,8 @@ def test_a_run_rebuilds_the_report_after_its_results(finished):
     assert report.stat().st_mtime >= max(p.stat().st_mtime for p in results)
     html = report.read_text(encoding="utf-8")
     assert '"results/tiny/summary.html"' in html  # the summary table, category Summary
-    assert "<li><strong>context</strong>:" in html  # workflow.rst's study list is a list
+    assert "<li><strong>context</strong>:" in html  # workflow.rst's study list is a list ...
+    assert "<p>The summary table (category <em>Summary</em>)" in html  # ... closed before the next paragraph
 
 
 def test_a_failed_run_removes_a_stale_report(tmp_path, monkeypatch):
