@@ -109,6 +109,15 @@ def test_status_command_reads_the_config(tmp_path, repo):
 
     n = len(all_runs(yaml.safe_load((repo / "config.yaml").read_text())["studies"]))
     assert f"# nothing_yet: {n} cells: 0 done, 0 running, 0 failed, {n} pending" in r.stdout
+    # A --configfile is applied over config.yaml, as Snakemake does; its bad value is blamed on it.
+    (tmp_path / "preset.yaml").write_text("corpus: {name: from_preset}\n")
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--configfile", "preset.yaml"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith(f"# from_preset: {n} distinct cells"), r.stderr
+    (tmp_path / "bad.yaml").write_text("train: {heads: 3}\n")
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--configfile", "bad.yaml"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("lmgrid: error: bad.yaml: train.heads: 3 does not fit"), r.stderr
     r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "train.lrr=1"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == ("lmgrid: error: --config set: train.lrr: unknown key "

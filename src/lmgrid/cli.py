@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "pending; the time spent and an estimate of what is left"),
                        ("plan", "before a run: how many cells each study adds and roughly what they cost")):
         s = sub.add_parser(name, help=what)
-        s.add_argument("--configfile", default="config.yaml")
+        s.add_argument("--configfile", action="append", default=[], help="applied over config.yaml, as Snakemake does")
         s.add_argument("--set", default="", metavar="'KEY=VALUE ...'", help="overrides, as --config set=... takes")
         s.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="for the wall-time estimate")
         s.set_defaults(func=cmd_progress, command_name=name)

@@ -327,9 +327,14 @@ def workflow_config(config: dict, configfiles=(), cli_config=None, schema_path=N
     return sources
 
 
-def load_config(configfile: str | Path = "config.yaml", assignments: str = "", base_dir=".") -> dict:
-    """The config a `snakemake --configfile F --config set="..."` run would use (for lmgrid status / plan)."""
-    config = load_yaml(configfile)
-    cli = {SET_KEY: assignments} if assignments else {}
-    workflow_config(config, [configfile], cli, base_dir=base_dir)
+def load_config(configfiles=(), assignments: str = "", base_dir=".") -> dict:
+    """The config a `snakemake --configfile F... --config set="..."` run would use (for lmgrid status / plan):
+    config.yaml, then each file over it, then the assignments."""
+    files = (["config.yaml"] if Path("config.yaml").is_file() else []) + [str(f) for f in configfiles]
+    if not files:
+        raise LmgridError("config.yaml: file not found (run in the repository, or give --configfile)")
+    config: dict = {}
+    for f in files:
+        _merge(config, load_yaml(f))
+    workflow_config(config, files, {SET_KEY: assignments} if assignments else {}, base_dir=base_dir)
     return config

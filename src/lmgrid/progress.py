@@ -230,9 +230,9 @@ def format_plan(config: dict, cells: list[Cell], cores: int) -> str:
     return "\n".join(lines)
 
 
-def main(command: str, configfile: str, assignments: str, cores: int) -> None:
+def main(command: str, configfiles: list[str], assignments: str, cores: int) -> None:
     from .config import load_config
 
-    config = load_config(configfile, assignments)
+    config = load_config(configfiles, assignments)
     cells = grid_status(config)
     print(format_status(config, cells, cores) if command == "status" else format_plan(config, cells, cores))
