@@ -9,7 +9,6 @@ torch: it answers in a second.
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -40,12 +39,9 @@ def _log_path(key: RunKey, corpus: str) -> Path:
 
 def benchmark_s(key: RunKey, corpus: str) -> float | None:
     """The job's wall seconds from its Snakemake benchmark file (None when it has none)."""
-    path = Path(key.beside(corpus, "benchmarks/runs", ".tsv"))
-    try:
-        with path.open() as fh:
-            return float(next(csv.DictReader(fh, delimiter="\t"))["s"])
-    except (OSError, StopIteration, KeyError, ValueError):
-        return None
+    from .aggregate.collect import read_benchmark
+
+    return read_benchmark(key.beside(corpus, "benchmarks/runs", ".tsv")).get("wall_s")
 
 
 def _alive(progress: dict) -> bool:

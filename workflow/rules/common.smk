@@ -80,9 +80,14 @@ def run_dirs():
 #     benchmark: "results/{corpus}/benchmarks/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.tsv"
 # On a laptop `snakemake --cores 2 --resources gpu=1` runs one GPU job at a time; on SLURM the plugin
 # turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
+# The training settings of each neural architecture (train:, then its per_arch entry), resolved once: every job
+# and every setting param below reads them.
+HPARAMS = {arch: resolve_hparams(config["train"], arch) for arch in NEURAL_ARCHS}
+
+
 def _devices(wildcards):
     """DDP processes of a neural run (train.devices, or its per_arch override); 0 for n-gram runs."""
-    return 0 if wildcards.arch in NGRAM_ARCHS else resolve_hparams(config["train"], wildcards.arch)["devices"]
+    return 0 if wildcards.arch in NGRAM_ARCHS else HPARAMS[wildcards.arch]["devices"]
 
 
 def train_threads(wildcards):
@@ -102,13 +107,13 @@ def train_runtime(wildcards, attempt):
 def train_gpu(wildcards):
     if not _devices(wildcards):
         return 0
-    asks = resolve_hparams(config["train"], wildcards.arch)["accelerator"] in ("gpu", "cuda")
+    asks = HPARAMS[wildcards.arch]["accelerator"] in ("gpu", "cuda")
     return _devices(wildcards) if asks else 0
 
 
 # Training settings of a neural run, one param per setting that changes what it computes: "lr=0.01".
 def _setting(key):
-    return lambda w: f"{key}={json.dumps(resolve_hparams(config['train'], w.arch)[key])}"
+    return lambda w: f"{key}={json.dumps(HPARAMS[w.arch][key])}"
 
 
 SETTING_PARAMS = {key: _setting(key) for key in COMPUTING}
@@ -118,7 +123,7 @@ SETTING_ARGS = " ".join(f"--set {{params.{key}:q}}" for key in COMPUTING)
 def export_job_settings():
     """The settings that do not change results, per arch, in the jobs' environment (read by `lmgrid train`)."""
     os.environ[JOB_SETTINGS_ENV] = json.dumps(
-        {arch: {k: resolve_hparams(config["train"], arch)[k] for k in NOT_COMPUTING} for arch in NEURAL_ARCHS},
+        {arch: {k: hp[k] for k in NOT_COMPUTING} for arch, hp in HPARAMS.items()},
         sort_keys=True)
 
 

@@ -93,3 +93,26 @@ def read_oracle(path: str | Path | None) -> dict | None:
     if "test" not in o or "ppl" not in o["test"]:
         raise LmgridError(f"{path}: missing key test.ppl")
     return o
+
+
+# Snakemake benchmark columns -> our names with units (max_rss is in MiB: psutil bytes / 2**20).
+BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_s"}
+
+
+def read_benchmark(path: str | Path) -> dict[str, float]:
+    """A job's Snakemake benchmark file: wall time, peak RSS and CPU time ({} when there is none; a value
+    Snakemake could not measure is left out)."""
+    import csv
+
+    try:
+        with open(path) as fh:
+            row = next(csv.DictReader(fh, delimiter="\t"))
+    except (OSError, StopIteration):
+        return {}
+    out = {}
+    for column, name in BENCHMARK_COLUMNS.items():
+        try:
+            out[name] = float(row[column])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out

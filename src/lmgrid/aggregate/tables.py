@@ -99,8 +99,8 @@ class PivotTable:
     def text(self, pm: str, bold: str = "{}") -> pd.DataFrame:
         """'mean<pm>std' cells ('mean' for one seed, '–' when missing), best cells as bold.format(text), and the
         seeds column first; the model is a column."""
-        cells = self.means.map("{:.2f}".format).where(self.stds.isna(),
-                                                      self.means.map("{:.2f}".format) + pm + self.stds.map("{:.2f}".format))
+        means = self.means.map("{:.2f}".format)
+        cells = means.where(self.stds.isna(), means + pm + self.stds.map("{:.2f}".format))
         cells = cells.where(self.means.notna(), "–").mask(self.best(), cells.map(bold.format))
         cells.insert(0, "seeds", self.seeds)
         return cells.reset_index()

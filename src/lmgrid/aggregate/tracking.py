@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..errors import LmgridError, read_json
 from ..runkey import RunKey, all_runs, expand_study
-from .collect import read_gates, read_log
+from .collect import read_benchmark, read_gates, read_log
 from .layout import STUDIES_DIR, check_mlflow
 
 TAG_KEY = "lmgrid.run_key"
@@ -173,12 +173,8 @@ def run_times_ms(run_dir: Path, metrics: dict) -> tuple[int, int]:
 
 
 def benchmark_metrics(path: Path) -> dict[str, float]:
-    """The job's Snakemake benchmark file (wall time, peak RSS, CPU time) as metrics; {} when there is none."""
-    if not path.is_file():
-        return {}
-    row = pd.read_csv(path, sep="\t").iloc[0]
-    names = {"s": "bench_wall_s", "max_rss": "bench_max_rss_mib", "cpu_time": "bench_cpu_s"}
-    return {name: float(row[col]) for col, name in names.items() if col in row and pd.notna(pd.to_numeric(row[col], errors="coerce"))}
+    """The job's Snakemake benchmark file (wall time, peak RSS, CPU time) as metrics bench_*; {} when none."""
+    return {f"bench_{name}": value for name, value in read_benchmark(path).items()}
 
 
 class CorpusData:

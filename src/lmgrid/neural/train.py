@@ -153,7 +153,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
-    callbacks = [cb for cb in (early, epoch_log, Progress(hp["log_every"], ckpt_dir / "progress.json" if main else None), ckpt) if cb is not None]
+    progress = Progress(hp["log_every"], ckpt_dir / "progress.json" if main else None)  # read by `lmgrid status`
+    callbacks = [cb for cb in (early, epoch_log, progress, ckpt) if cb is not None]
     # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
     # metrics.json and in the final line.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
