@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmgrid.errors import LmgridError
 from lmgrid.models import IMPLS, ModelConfig, build_model
@@ -324,23 +325,58 @@ def test_residual_adds_each_layers_input_from_the_second_layer_on(arch):
     assert not torch.allclose(residual(tokens(32))[0], plain(tokens(32))[0])
 
 
-@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell")),
-                                        ("rnn", ("torch",))])
-def test_recurrences_run_in_float32_under_bf16_autocast(arch, impls):
-    """bf16-mixed: the output layer runs in bf16, every recurrence in float32, so the impls stay comparable."""
-    ref = make(arch, impls[0], layers=2).eval()
+class _OpDtypes(TorchDispatchMode):
+    """Every aten op that runs, with the dtype of its first floating-point output and that output's last width:
+    the ops autocast has already cast, i.e. the precision the computation itself ran in."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        first = next((t for t in (out if isinstance(out, (tuple, list)) else (out,))
+                      if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+        if first is not None:
+            self.ops.append((func.__name__.split(".")[0], first.dtype, first.shape[-1] if first.dim() else 0))
+        return out
+
+
+RECURRENCE_KERNELS = {"lstm", "gru", "rnn_tanh", "mkldnn_rnn_layer", "sigmoid", "tanh", "_thnn_fused_lstm_cell",
+                      "_thnn_fused_gru_cell"}
+MATMULS = {"mm", "addmm", "bmm", "matmul", "linear", "baddbmm"}
+
+
+def recurrence_ops(model, x, gated):
+    """(op, dtype) of the recurrence's own computation under CPU bf16 autocast: its kernels and gate
+    nonlinearities, and every matmul producing a recurrence-wide output (H, 3H or 4H; the head's is V wide)."""
+    widths = {HID, 3 * HID, 4 * HID}
+    with torch.autocast("cpu", dtype=torch.bfloat16), _OpDtypes() as mode:
+        logits, _, _ = model(x, return_gates=gated)
+    ops = [(op, dtype) for op, dtype, width in mode.ops
+           if op in RECURRENCE_KERNELS or (op in MATMULS and width in widths)]
+    return logits, ops
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("arch,impl", [(a, i) for a, i in ALL if a in ("rnn", "lstm", "gru")])
+def test_every_recurrence_computes_in_float32_under_bf16_autocast(arch, impl, gated, monkeypatch):
+    """bf16-mixed: the output layer runs in bf16, and the gate computation itself (its matmuls, nonlinearities or
+    fused kernel) in float32 for every impl, so the impls stay comparable.
+
+    Negative control, run here: kills "fp32_recurrence switched off" (autocast left on around the recurrence):
+    then the hand-written cells' hidden matmuls and nn.LSTM/GRU/RNN's kernel run in bf16 (their states stay float32
+    by type promotion, which is why checking the state's dtype could not see it) and the check must fail."""
+    import contextlib
+
+    from lmgrid.models import gru, lstm, rnn
+
+    model = make(arch, impl, layers=2).eval()
     x = tokens(41)
-    plain, _, _ = ref(x)
-    for impl in impls:
-        model = make(arch, impl, seed=9, layers=2).eval()
-        if impl != impls[0]:
-            model.copy_weights_from(ref)
-        else:
-            model = ref
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits, state, _ = model(x)
-        assert logits.dtype == torch.bfloat16  # the head ran under autocast
-        for s in (state if isinstance(state, tuple) else (state,)):
-            assert s.dtype == torch.float32  # the recurrence did not
-        # Only the bf16 output layer rounds: within bf16's precision of the float32 logits.
-        assert torch.allclose(logits.float(), plain, atol=0.05, rtol=0.02), impl
+    logits, ops = recurrence_ops(model, x, gated)
+    assert logits.dtype == torch.bfloat16  # the head ran under autocast
+    assert ops and all(dtype == torch.float32 for _, dtype in ops), sorted(set(ops))
+    for module in (gru, lstm, rnn):  # the mutation
+        monkeypatch.setattr(module, "fp32_recurrence", lambda x: contextlib.nullcontext())
+    _, mutated = recurrence_ops(model, x, gated)
+    assert any(dtype == torch.bfloat16 for _, dtype in mutated), sorted(set(mutated))

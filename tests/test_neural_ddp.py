@@ -30,7 +30,7 @@ from test_neural_support import TINY, killed_at_epoch, tiny_corpus
 from test_neural_train import train
 
 REL_TOL = 1e-5
-HP = dict(epochs=3, lr_decay=0.5, lr_patience=0)
+HP = dict(epochs=3, lr_decay=0.5, plateau_patience=0)
 
 
 def test_shards_cover_each_batch_once():

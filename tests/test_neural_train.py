@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
 import torch
@@ -72,7 +73,7 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
 @pytest.mark.parametrize("regime", ["window", "stream"])
 def test_resume_after_kill_equals_uninterrupted_run(tmp_path, regime):
     corpus = tiny_corpus(tmp_path)
-    hp = dict(epochs=3, dropout=0.3, lr_decay=0.5, lr_patience=0, deterministic=True)
+    hp = dict(epochs=3, dropout=0.3, lr_decay=0.5, plateau_patience=0, deterministic=True)
     straight, straight_dir = train(corpus, tmp_path / "a", regime=regime, **hp)
 
     with killed_at_epoch(2):
@@ -98,12 +99,59 @@ def test_stale_checkpoint_of_another_config_is_not_resumed(tmp_path, capsys):
     assert metrics["epochs"] == 2
 
 
-def test_nan_loss_stops_with_one_line_error(tmp_path):
+def _train_with_injected_loss(tmp_path, monkeypatch, value, at_step=3, in_training=True):
+    """Train a tiny run whose loss at one training step (or in validation) is multiplied by `value`, deterministically
+    on every machine; returns (the LmgridError or None, how many training steps computed a loss)."""
+    from lmgrid.neural import module as module_mod
+
+    real, calls = module_mod.batch_nll, {"train": 0}
+
+    def injected(model, x, y, regime, state=None):
+        nll, n, state = real(model, x, y, regime, state)
+        if model.training:
+            calls["train"] += 1
+        if model.training == in_training and (calls["train"] == at_step or not in_training):
+            nll = nll * value
+        return nll, n, state
+
+    monkeypatch.setattr(module_mod, "batch_nll", injected)
     corpus = tiny_corpus(tmp_path)
-    with pytest.raises(LmgridError) as e:
-        train(corpus, tmp_path, optimizer="sgd", lr=1e30, clip=0, epochs=2)
-    msg = str(e.value)
-    assert "\n" not in msg and "epoch 1, step" in msg and "lower the learning rate" in msg
+    try:
+        train(corpus, tmp_path, epochs=2, log_every=0)
+    except LmgridError as e:
+        return e, calls["train"]
+    return None, calls["train"]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 1e32])
+def test_diverged_training_loss_stops_at_that_step_with_one_line(tmp_path, monkeypatch, value):
+    """A NaN, infinite or finite-but-huge (1e32, what lr 1e30 gives on AVX-512 CPUs) training loss stops the run at
+    that very step, with one line naming epoch and step.
+
+    Negative controls, run here: kills "no bound on finite losses" (DIVERGED_LOSS_FACTOR = inf: the 1e32 step is
+    not caught) and "checked only every N steps" (the run goes on past the bad step)."""
+    from lmgrid.neural import module as module_mod
+
+    err, steps = _train_with_injected_loss(tmp_path / "a", monkeypatch, value)
+    assert err is not None and steps == 3  # no step after the bad one
+    msg = str(err)
+    assert "\n" not in msg and "epoch 1, step 3" in msg and "lower the learning rate" in msg
+    assert ("non-finite" if not math.isfinite(value) else "above the divergence bound") in msg
+    if value == 1e32:
+        monkeypatch.setattr(module_mod, "DIVERGED_LOSS_FACTOR", math.inf)  # mutation: no bound
+        err, _ = _train_with_injected_loss(tmp_path / "b", monkeypatch, value)
+        assert err is None or "step 3" not in str(err)
+    monkeypatch.setattr(module_mod.LMModule, "check_finite", lambda self: None)  # mutation: never checked per step
+    err, steps = _train_with_injected_loss(tmp_path / "c", monkeypatch, value)
+    assert steps > 3
+
+
+def test_diverged_validation_says_what_happened(tmp_path, monkeypatch):
+    """A non-finite valid NLL is reported as such, never as "a zero probability"."""
+    err, _ = _train_with_injected_loss(tmp_path, monkeypatch, math.nan, in_training=False)
+    msg = str(err)
+    assert "\n" not in msg and "validation NLL after epoch 1" in msg and "non-finite" in msg
+    assert "zero probability" not in msg
 
 
 @pytest.mark.parametrize("args, match", [
@@ -191,15 +239,23 @@ def test_lmgrid_train_fast_smoke(tmp_path, capsys, arch, impl, regime):
     torch.set_num_threads(1)
 
 
-def test_early_stopping_on_valid_ppl(tmp_path):
+def test_training_ends_on_a_plateau_after_the_last_decay(tmp_path):
+    """The plateau schedule end to end: valid NLL stops improving, the rate halves lr_decays times, the plateau
+    after the last decay ends the run; the reported PPL is the best epoch's, and the best epoch is not the last.
+    Kills: "stop on the first plateau" (no decay in lr_history), "lr history not recorded", "last epoch reported"."""
     src = BigramSource(seed=5)
     corpus = write_corpus(tmp_path, {"train": src.sample(15), "valid": src.sample(200), "test": src.sample(50)})
-    # 15 training sentences and a wide model: valid PPL soon rises (overfitting) and training must stop.
-    metrics, run_dir = train(corpus, tmp_path, epochs=40, hidden_dim=64, emb_dim=64, lr=0.03, lr_decay=1.0,
-                             early_stop_patience=2)
-    assert metrics["stopped_because"] == "early_stopping" and metrics["epochs"] < 40
+    # 15 training sentences and a wide model: valid NLL soon rises (overfitting).
+    metrics, run_dir = train(corpus, tmp_path, epochs=60, hidden_dim=64, emb_dim=64, lr=0.03, lr_decay=0.5,
+                             lr_decays=2)
+    assert metrics["stopped_because"] == "lr_schedule_end" and metrics["epochs"] < 60
+    lrs = metrics["lr_history"]
+    assert len(lrs) == metrics["epochs"] and metrics["lr_decays"] == 2
+    assert sorted(set(lrs), reverse=True) == pytest.approx([0.03, 0.015, 0.0075]) and lrs == sorted(lrs, reverse=True)
     valid = [float(r["valid_loss"]) for r in csv.DictReader((run_dir / "log.csv").open())]
     best = min(range(len(valid)), key=valid.__getitem__)
-    assert best == len(valid) - 3 and metrics["best_epoch"] == best + 1  # two epochs without improvement
+    assert metrics["best_epoch"] == best + 1 < metrics["epochs"]
+    assert valid[-1] >= valid[best]  # the run ended on an epoch that did not improve, at the smallest rate
+    assert [float(r["lr"]) for r in csv.DictReader((run_dir / "log.csv").open())] == pytest.approx(lrs)
     # The reported PPL is that of the best epoch's weights.
     assert metrics["valid"]["nll_nats"] / metrics["valid"]["tokens"] == pytest.approx(valid[best], rel=1e-6)

@@ -32,5 +32,6 @@ def perplexity(nll_nats: float, n_tokens: int) -> float:
     except OverflowError:
         value = math.inf
     if not math.isfinite(value):
-        raise ValueError(f"non-finite perplexity (nll_nats={nll_nats}, tokens={n_tokens}): a zero probability")
+        what = "non-finite" if not math.isfinite(nll_nats) else "overflowing"
+        raise ValueError(f"{what} NLL ({nll_nats:g} nats over {n_tokens} tokens): perplexity is infinite")
     return value

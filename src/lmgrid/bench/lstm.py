@@ -49,7 +49,7 @@ def model_config(vocab_size: int, args) -> dict:
 
 def run_lightning(chunks, vocab_size: int, args) -> float:
     torch.manual_seed(0)
-    module = LMModule(model_config(vocab_size, args), "stream", optimizer="sgd", lr=args.lr, lr_decay=1.0)
+    module = LMModule(model_config(vocab_size, args), "stream", optimizer="sgd", lr=args.lr)
     timer = StepTimer(args.warmup)
     trainer = pl.Trainer(max_steps=args.warmup + args.steps, limit_val_batches=0, accelerator="cpu", devices=1,
                          precision="32-true", deterministic=args.deterministic, gradient_clip_val=args.clip,

@@ -71,6 +71,13 @@ def init_recurrence(layout, hidden: int, forget_block: int | None = None) -> Non
             b_ih[forget_block * hidden:(forget_block + 1) * hidden] = 1.0
 
 
+def construction_draws_discarded():
+    """Build a recurrent module inside this: whatever its constructor draws from the global generator (nn.LSTM,
+    nn.GRU and nn.RNN initialise themselves; the hand-written stacks draw nothing) is thrown away, so the draws of
+    every later initialisation (the output layer, init_recurrence) are the same for every impl of one seed."""
+    return torch.random.fork_rng(devices=[])
+
+
 def fp32_recurrence(x: torch.Tensor):
     """Autocast switched off around a recurrence, whose inputs are then cast to float32.
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Embedding, OutputHead, fp32_recurrence, init_recurrence, maybe_compiled, stack_layers, zeros_state
+from .common import (Embedding, OutputHead, construction_draws_discarded, fp32_recurrence, init_recurrence,
+                     maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 from .lstm import library_stack, run_library_stack, torch_layout
 
@@ -79,10 +80,11 @@ class GRULM(nn.Module):
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
         self.drop = nn.Dropout(cfg.dropout)
         between = cfg.dropout if cfg.layers > 1 else 0.0
-        if cfg.impl == "torch":
-            self.rnn = library_stack(nn.GRU, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
-        else:
-            self.rnn = GRUCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
+        with construction_draws_discarded():  # both impls start from the same weights for a seed
+            if cfg.impl == "torch":
+                self.rnn = library_stack(nn.GRU, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
+            else:
+                self.rnn = GRUCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
         init_recurrence(self.torch_layout(), cfg.hidden_dim)
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import (Embedding, OutputHead, fp32_recurrence, init_recurrence, maybe_compiled, stack_layers,
-                     zeros_state)
+from .common import (Embedding, OutputHead, construction_draws_discarded, fp32_recurrence, init_recurrence,
+                     maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -198,14 +198,21 @@ class LSTMLM(nn.Module):
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
         self.drop = nn.Dropout(cfg.dropout)
         between = cfg.dropout if cfg.layers > 1 else 0.0
-        if cfg.impl == "torch":
-            self.rnn = library_stack(nn.LSTM, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
-        elif cfg.impl == "cell":
-            self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
-        else:
-            self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
+        with construction_draws_discarded():
+            if cfg.impl == "torch":
+                self.rnn = library_stack(nn.LSTM, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
+            elif cfg.impl == "cell":
+                self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
+            else:
+                self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile,
+                                           cfg.residual)
         self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
-        init_recurrence(self.torch_layout(), cfg.hidden_dim, forget_block=GATES.index("f"))
+        # Every impl starts from the same function for a seed: the recurrence is drawn once in nn.LSTM's layout,
+        # into fresh tensors (the concat layout's views would be filled in another order), and mapped onto this
+        # impl's parameterisation.
+        fresh = [tuple(torch.empty(w.shape) for w in layer) for layer in self.torch_layout()]
+        init_recurrence(fresh, cfg.hidden_dim, forget_block=GATES.index("f"))
+        self.load_torch_layout(fresh)
 
     def torch_layout(self):
         """This model's recurrent weights as nn.LSTM would hold them, per layer (w_ih, w_hh, b_ih, b_hh)."""
@@ -214,16 +221,21 @@ class LSTMLM(nn.Module):
         return self.rnn.torch_layout()
 
     @torch.no_grad()
+    def load_torch_layout(self, weights) -> None:
+        """Set the recurrence from weights in nn.LSTM's layout, mapped onto this impl's parameterisation."""
+        if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
+            for mine, theirs in zip(self.torch_layout(), weights):
+                for m, t in zip(mine, theirs):
+                    m.copy_(t)
+        else:
+            self.rnn.load_torch_layout(weights)
+
+    @torch.no_grad()
     def copy_weights_from(self, other: "LSTMLM") -> "LSTMLM":
         """Make this model compute the same function as `other`, whatever either's impl (same sizes required)."""
         self.embedding.weight.copy_(other.embedding.weight)
         self.head.load_state_dict(other.head.state_dict())
-        if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
-            for mine, theirs in zip(self.torch_layout(), other.torch_layout()):
-                for m, t in zip(mine, theirs):
-                    m.copy_(t)
-        else:
-            self.rnn.load_torch_layout(other.torch_layout())
+        self.load_torch_layout(other.torch_layout())
         return self
 
     def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):

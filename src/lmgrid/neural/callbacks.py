@@ -134,4 +134,4 @@ class Progress(pl.Callback):
             self._write(trainer, trainer.num_training_batches)
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
               f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}, "
-              f"{time.time() - self._t:.1f} s{' (early stop)' if trainer.should_stop else ''}", flush=True)
+              f"{time.time() - self._t:.1f} s{' (' + pl_module.schedule.stopped_because + ')' if trainer.should_stop else ''}", flush=True)

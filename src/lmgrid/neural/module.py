@@ -21,6 +21,12 @@ from lmgrid.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
 
 from .data import IGNORE
+from .schedule import PlateauSchedule
+
+# A training batch whose mean NLL exceeds this many times ln(V), the loss of the uniform model that training starts
+# near, has diverged even if it is still finite (an lr of 1e30 gives ~1e32 nats on some CPUs, inf or NaN on others).
+DIVERGED_LOSS_FACTOR = 3.0
+MAX_EXP_ARG = 709.0  # exp() of a larger NLL per token overflows a float64
 
 
 def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
@@ -58,7 +64,7 @@ def evaluate(model, batches, regime: str, device) -> tuple[float, int]:
 
 class LMModule(pl.LightningModule):
     def __init__(self, model_config: dict, regime: str, optimizer: str = "adam", lr: float = 1e-3,
-                 momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 0.5, lr_patience: int = 0,
+                 momentum: float = 0.0, weight_decay: float = 0.0, schedule: dict | None = None,
                  seed: int = 1, finite_check_every: int = 100):
         super().__init__()
         self.save_hyperparameters()
@@ -67,7 +73,8 @@ class LMModule(pl.LightningModule):
         self._train_state = self._val_state = None
         self.reset_train_totals()
         self.valid_loss = math.nan
-        self._plateau = None
+        self.schedule = PlateauSchedule(**(schedule or {}))
+        self.max_loss_nats = DIVERGED_LOSS_FACTOR * math.log(model_config["vocab_size"])
 
     def reset_train_totals(self):
         # Summed on the device, step after step, and read on the host only every finite_check_every steps, when a
@@ -128,7 +135,10 @@ class LMModule(pl.LightningModule):
             torch.distributed.all_reduce(n_global)  # the global batch's targets
             loss = nll * self.trainer.world_size / n_global
         self._add_train_step(nll.detach(), n, loss.detach())
-        if (batch_idx + 1) % self.hparams.finite_check_every == 0:
+        # On the CPU reading the sums costs nothing, so every step is checked and a diverged step stops the run
+        # before the optimizer applies it; on a GPU a host read per step would stall it, so the device-side record
+        # of the first bad step is read every finite_check_every steps (the message still names that step).
+        if self.device.type == "cpu" or (batch_idx + 1) % self.hparams.finite_check_every == 0:
             self.check_finite()
         return loss
 
@@ -140,12 +150,13 @@ class LMModule(pl.LightningModule):
         sums[0] += nll.double()
         sums[1] += n
         sums[2] += 1
-        first_bad = ~torch.isfinite(loss) & (sums[3] == 0)
+        first_bad = ~(loss.abs() <= self.max_loss_nats) & (sums[3] == 0)  # NaN, inf, or past the bound
         sums[3] = torch.where(first_bad, sums[2], sums[3])
         sums[4] = torch.where(first_bad, loss.double(), sums[4])
 
     def check_finite(self) -> None:
-        """Raise the one-line error if a training loss so far this epoch was NaN or inf.  Under DDP the check is
+        """Raise the one-line error if a training loss so far this epoch was NaN, inf or above max_loss_nats (the
+        divergence bound, DIVERGED_LOSS_FACTOR x ln V).  Under DDP the check is
         a collective that every process makes at the same step, so all of them stop together with the same line
         (one process raising alone would leave the others waiting in their next all-reduce until it times out)."""
         bad = (self._train_sums[3:] if self._train_sums is not None
@@ -160,9 +171,10 @@ class LMModule(pl.LightningModule):
             step, rank, value = hits[0]
             step += self._epoch_start_step  # the run's optimizer step, as Lightning counts them
             on = f" on process {rank} of {len(per_process)}" if len(per_process) > 1 else ""
+            what = "non-finite" if not math.isfinite(value) else f"above the divergence bound {self.max_loss_nats:.2f}"
             raise LmgridError(
-                f"training loss became {value} at epoch {self.current_epoch + 1}, step {int(step)}{on}: "
-                f"lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
+                f"training diverged at epoch {self.current_epoch + 1}, step {int(step)}{on}: batch loss {value:g} "
+                f"nats is {what}; lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
 
     # -- validation ---------------------------------------------------------------------------------------
     def on_validation_epoch_start(self):
@@ -188,13 +200,24 @@ class LMModule(pl.LightningModule):
                 train_nll, train_count, val_nll, val_count)
         self._train_totals = (train_nll, int(train_count))
         loss = val_nll / max(val_count, 1)
-        if not math.isfinite(loss):
-            raise LmgridError(f"validation loss became {loss} after epoch {self.current_epoch + 1}: "
-                              f"lower the learning rate (lr={self.optimizers().param_groups[0]['lr']:g})")
+        if not math.isfinite(loss) or loss > MAX_EXP_ARG:
+            what = "non-finite" if not math.isfinite(loss) else "so large that its PPL overflows"
+            raise LmgridError(f"validation NLL after epoch {self.current_epoch + 1} is {loss:g} nats per token, "
+                              f"{what}: training diverged; lower the learning rate "
+                              f"(lr={self.optimizers().param_groups[0]['lr']:g})")
         self.valid_loss = loss
         self.log("valid_loss", loss, prog_bar=False, logger=False)
-        if self._plateau is not None and not self.trainer.sanity_checking:
-            self._plateau.step(loss)
+        if not self.trainer.sanity_checking:
+            # Stepped here, before the epoch's checkpoint is written (checkpoint callbacks run last), so the
+            # schedule's state in last.ckpt is that after this epoch and a resumed run decides as an unbroken one.
+            opt = self.optimizers()
+            opt = getattr(opt, "optimizer", opt)
+            lr = opt.param_groups[0]["lr"]
+            new_lr = self.schedule.step(loss, lr)
+            for group in opt.param_groups:
+                group["lr"] = new_lr
+            if self.schedule.stopped_because:
+                self.trainer.should_stop = True
 
     # -- optimisation -------------------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -205,23 +228,11 @@ class LMModule(pl.LightningModule):
             opt = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
         else:
             raise LmgridError(f"train.optimizer: unknown optimizer {hp.optimizer!r} (expected sgd or adam)")
-        # Divide the learning rate by 1/lr_decay when valid PPL has not improved for lr_patience+1 epochs. Stepped by
-        # hand in on_validation_epoch_end, i.e. before the epoch's checkpoint is written: Lightning's own stepping
-        # of plateau schedulers comes after it and is skipped on a restart, so a resumed run would diverge.
-        self._plateau = None
-        if hp.lr_decay < 1:
-            self._plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=hp.lr_decay,
-                                                                       patience=hp.lr_patience)
         return opt
 
     def on_save_checkpoint(self, checkpoint):
-        if self._plateau is not None:
-            checkpoint["lmgrid_plateau"] = self._plateau.state_dict()
+        checkpoint["lmgrid_schedule"] = self.schedule.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
-        self._plateau_state = checkpoint.get("lmgrid_plateau")
-
-    def on_train_start(self):
-        state = getattr(self, "_plateau_state", None)
-        if state is not None and self._plateau is not None:
-            self._plateau.load_state_dict(state)
+        if "lmgrid_schedule" in checkpoint:
+            self.schedule.load_state_dict(checkpoint["lmgrid_schedule"])

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.environments import LightningEnvironment
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
@@ -62,6 +62,12 @@ def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> No
                           "in the window regime")
     if regime == "stream" and arch == "ffnn":
         raise LmgridError("regime: ffnn sees a fixed window of n_step-1 tokens; it has no stream regime")
+
+
+def schedule_settings(hp: dict) -> dict:
+    """The plateau schedule's settings (lmgrid.neural.schedule) from the training settings."""
+    return {"lr_decay": hp["lr_decay"], "max_decays": hp["lr_decays"], "patience": hp["plateau_patience"],
+            "min_delta": hp["plateau_min_delta"], "min_lr": hp["min_lr"]}
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:
@@ -139,8 +145,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
     pl.seed_everything(seed, workers=True, verbose=False)
     module = LMModule(model_config, regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
-                      weight_decay=hp["weight_decay"], lr_decay=hp["lr_decay"], lr_patience=hp["lr_patience"],
-                      seed=seed, finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
+                      weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=seed, finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
     params = sum(p.numel() for p in module.model.parameters())
     n_train = data.counted_tokens("train")
     start = f"resuming from {resume}" if resume else "from scratch"
@@ -148,13 +153,11 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
               f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {start}", flush=True)
 
-    early = EarlyStopping(monitor="valid_loss", mode="min", patience=hp["early_stop_patience"],
-                          min_delta=hp["early_stop_min_delta"], check_on_train_epoch_end=False) if hp["early_stop_patience"] > 0 else None
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
     progress = Progress(hp["log_every"], ckpt_dir / "progress.json" if main else None)  # read by `lmgrid status`
-    callbacks = [cb for cb in (early, epoch_log, progress, ckpt) if cb is not None]
+    callbacks = [epoch_log, progress, ckpt]
     # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
     # metrics.json and in the final line.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -207,7 +210,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "train_tokens": n_train,
         "epochs": len(rows),
         "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
-        "stopped_because": "early_stopping" if rows and rows[-1]["stopped"] else "max_epochs",
+        # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS) and the rate each epoch trained with.
+        "stopped_because": module.schedule.stopped_because or "max_epochs",
+        "lr_decays": module.schedule.decays,
+        "lr_history": [r["lr"] for r in rows],
         "wall_s": 0.0,
         # This process's own CPU time and peak RSS: a job run in a warm server's child (lmgrid.warm) has them
         # here, not in its Snakemake benchmark file.
