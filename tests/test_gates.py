@@ -35,12 +35,12 @@ def test_window_n_step_9_on_short_sentences_counts_no_padded_position():
     positions = {(r["gate"], r["index"]): r["count"] for r in rows_by(rows, "position") if r["layer"] == 0}
     # Position t of the 8-token window holds a real token only when at least 8 - t words precede the target.
     expected = [sum(1 for s in sents for j in range(len(s) + 1) if j >= 8 - t) for t in range(8)]
-    assert [positions[("f", t)] for t in range(8)] == expected
+    assert [positions.get(("i", t), 0) for t in range(8)] == expected
     assert expected[0] == expected[1] == 0  # sentences shorter than 7 words never fill the oldest positions
     # The mean over real positions, computed here from the raw activations.
     _, _, acts = model(x, return_gates=True)
     real = (x != BOS)
-    for name in "ifog":
+    for name in "iog":
         a = acts[name][0]  # [N, T, H]
         want = a[real].double().mean().item()
         got = next(r for r in rows_by(rows, "all") if r["gate"] == name and r["layer"] == 0)
@@ -55,7 +55,42 @@ def test_stream_tail_padding_is_not_counted():
     rows = gates.collect(lstm(), [(x[:, :5], y[:, :5]), (x[:, 5:], y[:, 5:])], "stream", "cpu", bos=BOS)
     n_targets = sum(len(s) + 1 for s in sents)
     assert int((y != IGNORE).sum()) == n_targets
-    assert all(r["count"] == n_targets * 8 for r in rows_by(rows, "all"))
+    assert all(r["count"] == n_targets * 8 for r in rows_by(rows, "all") if r["gate"] != "f")
+    # The forget gate of each row's first token multiplies the zero initial cell state: left out, once per row.
+    assert [r["count"] for r in rows_by(rows, "all") if r["gate"] == "f"] == [(n_targets - x.shape[0]) * 8]
+
+
+def _forget_mean_and_truth(n_step):
+    """gates.csv's forget-gate mean on windows that are real from position 0, and the mean over the f values
+    that multiply a non-zero cell state (positions 1..), computed here from the raw activations."""
+    g = torch.Generator().manual_seed(2)
+    sents = [torch.randint(4, V, (12,), generator=g).tolist() for _ in range(6)]
+    x, y = window_examples(sents, n_step, BOS, EOS)
+    model = lstm(n_step=n_step, layers=2)
+    with torch.no_grad():  # weights of a trained size, so that the state moves f away from its initial value
+        for p in model.parameters():
+            p.normal_(0, 1, generator=g)
+    rows = gates.collect(model, [(x, y)], "window", "cpu", bos=BOS)
+    _, _, acts = model(x, return_gates=True)
+    real = (x != BOS)
+    real[:, 0] = False
+    truth = [acts["f"][k][real].double().mean().item() for k in range(2)]
+    got = [r["mean"] for r in sorted(rows_by(rows, "all"), key=lambda r: r["layer"]) if r["gate"] == "f"]
+    return got, truth, rows
+
+
+def test_forget_gate_at_the_zero_cell_state_is_left_out(monkeypatch):
+    """The forget gate's statistics use only values that multiply a non-zero cell state: position 0 of every
+    window is left out, in every layer; at n_step 2 no f value has an effect and f has no row at all.
+    Negative control, run here: kills "f averaged over position 0" (STATE_GATES emptied): the mean then moves."""
+    got, truth, rows = _forget_mean_and_truth(5)
+    assert len(got) == 2 and all(abs(a - b) < 1e-9 for a, b in zip(got, truth))
+    assert not any(r["gate"] == "f" and r["index"] == 0 for r in rows_by(rows, "position"))
+    _, _, rows2 = _forget_mean_and_truth(2)
+    assert not any(r["gate"] == "f" for r in rows2) and any(r["gate"] == "i" for r in rows2)
+    monkeypatch.setattr(gates, "STATE_GATES", ())  # the mutation
+    mutated, truth, _ = _forget_mean_and_truth(5)
+    assert min(abs(a - b) for a, b in zip(mutated, truth)) > 1e-3
 
 
 def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
@@ -64,5 +99,6 @@ def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
     s = gates._Sums("g")
     acts = torch.tensor([-0.95, -0.5, 0.0, 0.5, 0.95, 0.99]).view(1, 1, 6, 1)
     s.add(acts, torch.ones(1, 1, 6, 1, dtype=torch.float64), (1, 2))
-    _, _, left, right = s.rows(torch.tensor(6.0, dtype=torch.float64))
+    _, _, left, right, n = s.rows()
+    assert n.item() == 6
     assert left.item() == 1 / 6 and right.item() == 2 / 6

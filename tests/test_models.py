@@ -380,3 +380,23 @@ def test_every_recurrence_computes_in_float32_under_bf16_autocast(arch, impl, ga
         monkeypatch.setattr(module, "fp32_recurrence", lambda x: contextlib.nullcontext())
     _, mutated = recurrence_ops(model, x, gated)
     assert any(dtype == torch.bfloat16 for _, dtype in mutated), sorted(set(mutated))
+
+
+@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell"))])
+def test_impls_of_one_seed_start_from_the_same_weights(arch, impls, monkeypatch):
+    """Same seed, any impl: the same initial function (so an impl comparison compares the impls, not the draws).
+    Negative control, run here: kills "nn.LSTM/nn.GRU's own init draws from the seeded generator" (construction
+    draws kept): impl torch then starts elsewhere."""
+    import contextlib
+
+    from lmgrid.models import gru, lstm
+
+    def outputs():
+        return {impl: make(arch, impl, seed=3, layers=2, residual=True).eval()(tokens(8))[0] for impl in impls}
+
+    out = outputs()
+    assert all(torch.allclose(out[impl], out[impls[0]], atol=1e-6) for impl in impls), impls
+    for module in (gru, lstm):  # the mutation
+        monkeypatch.setattr(module, "construction_draws_discarded", contextlib.nullcontext)
+    out = outputs()
+    assert not torch.allclose(out["torch"], out["cell"], atol=1e-3)

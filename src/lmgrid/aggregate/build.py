@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LmgridError
 from ..runkey import expand_study
-from . import effects, plots, tables
+from . import findings, plots, tables
 from .collect import load_study, read_oracle
 from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
 
@@ -25,6 +25,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
     def stem(s: str) -> str:
         return str(out / s)
 
+    trends = means = None
     tables.write_tables(name, study.get("description", ""), summary, oracle,
                         *(f"{stem('table')}.{e}" for e in TABLE_EXTS))
     written += [f"{stem('table')}.{e}" for e in TABLE_EXTS]
@@ -40,15 +41,17 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             _need(data["gates"], "all", name)
             written += plots.gate_means(data["gates"], stem(s), f"{title}: gate means against n_step")
         elif s == "gates_effect":
-            eff = effects.gate_slopes(data["gates"])
-            effects.write_effects(name, eff, *(f"{stem(s)}.{e}" for e in TABLE_EXTS))
-            written += [f"{stem(s)}.{e}" for e in TABLE_EXTS]
+            paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means")]
+            trends, means = findings.write_gate_tables(name, data["gates"], *paths)
+            written += paths[0] + paths[1]
         elif s.startswith("saturation_"):
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
             label = arch if impl == "torch" else f"{arch}/{impl}"
             written += plots.saturation(g, stem(s), f"{title}: {label} per-unit gate saturation")
+    findings.write_findings(name, data["runs"], trends, means, f"{stem('findings')}.md", f"{stem('findings')}.html")
+    written += [f"{stem('findings')}.md", f"{stem('findings')}.html"]
     planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}
     if planned != set(written):  # a bug, not a user error: Snakemake would miss or reject files
         raise RuntimeError(f"study {name}: wrote {sorted(set(written) ^ planned)} against the plan")

@@ -60,7 +60,7 @@ def run_row(key: RunKey, m: dict) -> dict:
     for split in ("valid", "test"):
         for k in ("ppl", "nll_nats", "tokens", "oov_tokens"):
             row[f"{split}_{k}"] = m[split].get(k)
-    for k in ("params", "epochs", "train_tokens_per_s", "wall_s", "stopped_because"):
+    for k in ("params", "epochs", "best_epoch", "lr_decays", "train_tokens_per_s", "wall_s", "stopped_because"):
         row[k] = m.get(k)
     return row
 

@@ -1,104 +1,126 @@
-"""How the mean gate activation changes with the context window, with a 95% confidence interval.
+"""What the gates and the implementations show, with uncertainty over seeds, in forms a referee accepts.
 
-The course report claims that as n_step grows the LSTM forget gate mean rises and the input gate
-mean falls.  We estimate, per model, layer and gate, the slope of the gate mean (scope `all` of
-gates.csv, window regime) against n_step.  Seeds are the independent replicates: each seed gives one
-least-squares slope over its n_step values, and the interval is the t interval of the mean slope
-(df = seeds - 1).  With a single seed the interval falls back to the ordinary least-squares standard
-error of the slope over the n_step points (df = points - 2), which ignores seed-to-seed variation.
+Gate values come from gates.csv (scope `all`, window regime), which holds only gate values that have an effect
+(lmgrid.neural.gates: the forget gate where the cell state it multiplies is zero is left out, as is padding).
 
-Points where the gate never receives a gradient (the LSTM forget gate at n_step 2, lmgrid.gate_facts) are left
-out of the fit: their mean is the gate's initial value, not an effect of the window.  The table lists them in
-`untrained_n_steps`, and the plot draws them hollow.
+* `gate_means_by_nstep`: per model, layer, gate and n_step, the mean over seeds of each run's gate mean, with the
+  95% t interval over seeds (df = seeds - 1; none with one seed).
+* `gate_trends`: does the gate mean change with n_step?  With a handful of n_step values and a possibly
+  non-monotone shape a straight line is the wrong model, so two rank/pairwise tools are used instead:
+  - Kendall's tau-b between n_step and the runs' gate means, over every run (seeds x n_steps), with its two-sided
+    p-value (scipy.stats.kendalltau; ties in n_step make it the Jonckheere-Terpstra-type trend test for ordered
+    groups).  `rises` / `falls` only when p < 0.05, else `no monotone trend`;
+  - each n_step against the next: the difference of mean gate values with a 95% Welch interval over seeds
+    (scipy.stats.ttest_ind(equal_var=False)); a shape whose steps go up somewhere and down elsewhere, each interval
+    excluding 0, is called `non-monotone` whatever tau says.
+* `impl_differences`: the same architecture's implementations (same seed = same initial weights, see
+  lmgrid.models) compared on test PPL, paired by seed: mean difference and 95% t interval; a difference is
+  claimed only when the interval excludes 0.
 """
 from __future__ import annotations
 
+import itertools
 import math
-from html import escape
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..errors import atomic_write
-from ..gate_facts import gate_gets_gradient
-from .tables import html_page, latex_escape
-
 CONFIDENCE = 0.95
-COLUMNS = ["model", "layers", "layer", "gate", "seeds", "n_steps", "untrained_n_steps", "gate_mean_first",
-           "gate_mean_last", "slope_per_token", "ci_low", "ci_high", "method", "direction"]
+ALPHA = 1 - CONFIDENCE
+GATE_ORDER = "ifogzr"  # LSTM i f o g, then GRU z r
+KEYS = ["model", "layers", "layer", "gate"]
 
 
-def gate_slopes(gates: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
+def _t_interval(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return math.nan, math.nan
+    if np.all(values == values[0]):
+        return float(values[0]), float(values[0])
+    lo, hi = stats.t.interval(CONFIDENCE, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
+    return float(lo), float(hi)
+
+
+def _gate_rows(gates: pd.DataFrame) -> pd.DataFrame:
     df = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
+    return df.assign(gate_rank=df["gate"].map(lambda g: GATE_ORDER.find(g) % 99))
+
+
+def gate_means_by_nstep(gates: pd.DataFrame) -> pd.DataFrame:
+    df = _gate_rows(gates)
     rows = []
-    for (model, layers, layer, gate), g in df.groupby(["model", "layers", "layer", "gate"], sort=True):
-        trained = np.array([gate_gets_gradient(gate, "window", int(n)) for n in g["n_step"]], dtype=bool)
-        untrained = " ".join(str(int(s)) for s in sorted(g.loc[~trained, "n_step"].unique()))
-        g = g[trained]
-        steps = sorted(g["n_step"].unique())
+    for (model, layers, layer, _, gate, n_step), g in df.groupby(
+            ["model", "layers", "layer", "gate_rank", "gate", "n_step"], sort=True):
+        lo, hi = _t_interval(g["mean"])
+        rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate, "n_step": int(n_step),
+                     "seeds": int(g["seed"].nunique()), "mean": float(g["mean"].mean()), "ci_low": lo,
+                     "ci_high": hi, "values_per_run": int(g["count"].mean())})
+    return pd.DataFrame(rows, columns=["model", "layers", "layer", "gate", "n_step", "seeds", "mean", "ci_low",
+                                       "ci_high", "values_per_run"])
+
+
+def _step_change(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
+    """Mean of b minus mean of a, and its 95% Welch interval (NaN with fewer than 2 values on a side)."""
+    diff = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    if a.std() == 0 and b.std() == 0:
+        return diff, diff, diff
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(CONFIDENCE)
+    return diff, float(ci.low), float(ci.high)
+
+
+def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
+    df = _gate_rows(gates)
+    rows = []
+    for (model, layers, layer, _, gate), g in df.groupby(["model", "layers", "layer", "gate_rank", "gate"], sort=True):
+        steps = sorted(int(s) for s in g["n_step"].unique())
         if len(steps) < 2:
             continue
-        per_seed = [stats.linregress(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)).slope
-                    for _, s in g.groupby("seed") if s["n_step"].nunique() >= 2]
-        if len(per_seed) >= 2:
-            slope = float(np.mean(per_seed))
-            lo, hi = stats.t.interval(confidence, len(per_seed) - 1, loc=slope, scale=stats.sem(per_seed))
-            method = f"t over {len(per_seed)} seed slopes"
+        tau, p = stats.kendalltau(g["n_step"].to_numpy(float), g["mean"].to_numpy(float))
+        tau, p = float(tau), float(p)
+        changes, ups, downs = [], 0, 0
+        for a, b in itertools.pairwise(steps):
+            diff, lo, hi = _step_change(g.loc[g["n_step"] == a, "mean"], g.loc[g["n_step"] == b, "mean"])
+            changes.append(f"{a}→{b}: {diff:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else ""))
+            ups += lo > 0
+            downs += hi < 0
+        if ups and downs:
+            direction = "non-monotone"
+        elif not math.isnan(p) and p < ALPHA:
+            direction = "rises" if tau > 0 else "falls"
         else:
-            x, y = g["n_step"].to_numpy(float), g["mean"].to_numpy(float)
-            fit = stats.linregress(x, y)
-            slope = float(fit.slope)
-            lo, hi = (stats.t.interval(confidence, len(x) - 2, loc=slope, scale=fit.stderr) if len(x) > 2
-                      else (math.nan, math.nan))
-            method = "OLS standard error (one seed)"
-        lo, hi = float(lo), float(hi)
-        direction = "rises" if lo > 0 else "falls" if hi < 0 else "no clear change"
+            direction = "no monotone trend"
         by_step = g.groupby("n_step")["mean"].mean()
-        rows.append({"model": model, "layers": layers, "layer": int(layer), "gate": gate,
-                     "seeds": int(g["seed"].nunique()), "n_steps": " ".join(str(int(s)) for s in steps),
-                     "untrained_n_steps": untrained,
-                     "gate_mean_first": by_step.iloc[0], "gate_mean_last": by_step.iloc[-1],
-                     "slope_per_token": slope, "ci_low": lo, "ci_high": hi, "method": method,
-                     "direction": direction})
-    order = "ifogzr"  # LSTM i f o g, then GRU z r
-    rows.sort(key=lambda r: (r["model"], r["layers"], r["layer"], order.find(r["gate"]) % 99))
-    return pd.DataFrame(rows, columns=COLUMNS)
+        rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate,
+                     "n_steps": " ".join(map(str, steps)), "seeds": int(g["seed"].nunique()), "runs": len(g),
+                     "gate_mean_first": float(by_step.iloc[0]), "gate_mean_last": float(by_step.iloc[-1]),
+                     "kendall_tau": tau, "p_value": p, "step_changes": "; ".join(changes), "direction": direction})
+    return pd.DataFrame(rows, columns=["model", "layers", "layer", "gate", "n_steps", "seeds", "runs",
+                                       "gate_mean_first", "gate_mean_last", "kendall_tau", "p_value", "step_changes",
+                                       "direction"])
 
 
-def write_effects(name: str, effects: pd.DataFrame, csv_path, md_path, tex_path, html_path) -> None:
-    with atomic_write(csv_path) as fh:
-        effects.to_csv(fh, index=False, float_format="%.6g")
-    pct = int(CONFIDENCE * 100)
-    show = effects.assign(**{
-        "slope (per token)": effects["slope_per_token"].map(lambda v: f"{v:+.4f}"),
-        f"{pct}% CI": [f"[{a:+.4f}, {b:+.4f}]" if not math.isnan(a) else "–"
-                       for a, b in zip(effects["ci_low"], effects["ci_high"])],
-        "mean at first/last n": [f"{a:.3f} → {b:.3f}" for a, b in zip(effects["gate_mean_first"],
-                                                                        effects["gate_mean_last"])],
-        "fitted n_step": effects["n_steps"],
-        "left out (no gradient)": effects["untrained_n_steps"].replace("", "–"),
-    })[["model", "layers", "layer", "gate", "seeds", "fitted n_step", "left out (no gradient)", "mean at first/last n",
-        "slope (per token)", f"{pct}% CI", "direction"]]
-    md = [f"## Gate means against n_step, study `{name}`", "",
-          f"Slope of the mean gate activation per extra context token, {pct}% CI "
-          f"({effects['method'].iloc[0] if len(effects) else 'no data'}). "
-          "`direction` is `rises`/`falls` only when the interval excludes 0. Layers count from 0. "
-          "n_step values where the gate gets no gradient (the LSTM forget gate at n_step 2 only ever multiplies a "
-          "zero cell state) are left out of the fit and listed.", "",
-          show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)", ""]
-    with atomic_write(md_path) as fh:
-        fh.write("\n".join(md))
-    caption = (f"Slope of the mean gate activation against n\\_step (per token) with {pct}\\% CI, "
-               f"study {latex_escape(name)}.")
-    tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-           .to_latex(hrules=True, caption=caption, label=f"tab:{name}-gates", position="t",
-                     position_float="centering", column_format="l" + "r" * (len(show.columns) - 1)))
-    with atomic_write(tex_path) as fh:
-        fh.write(tex.replace("→", r"$\to$"))
-    note = (f"<p>Slope of the mean gate activation per extra context token with its {pct}% confidence interval "
-            f"({escape(effects['method'].iloc[0]) if len(effects) else 'no data'}); <i>direction</i> is rises/falls "
-            "only when the interval excludes 0. Layers count from 0. n_step values where the gate gets no gradient "
-            "(the LSTM forget gate at n_step 2) are left out of the fit and listed.</p>")
-    with atomic_write(html_path) as fh:
-        fh.write(html_page(f"Gate means against n_step, study {name}", [note, show.to_html(index=False, border=0)]))
+def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFrame:
+    """Every pair of implementations of one architecture in the same cell (n_step, layers, regime), paired by
+    seed: mean of (b - a) with its 95% t interval over the shared seeds."""
+    rows = []
+    neural = runs[runs["impl"] != "ngram"]
+    for (arch, n_step, layers, regime), g in neural.groupby(["arch", "n_step", "layers", "regime"], sort=True):
+        impls = sorted(g["impl"].unique(), key=lambda i: (i != "torch", i))
+        for a, b in itertools.combinations(impls, 2):
+            pa = g[g["impl"] == a].set_index("seed")[metric]
+            pb = g[g["impl"] == b].set_index("seed")[metric]
+            seeds = sorted(set(pa.index) & set(pb.index))
+            if not seeds:
+                continue
+            diff = (pb.loc[seeds] - pa.loc[seeds]).to_numpy(float)
+            lo, hi = _t_interval(diff)
+            verdict = ("one seed: no claim" if len(seeds) < 2 else
+                       f"{b} higher" if lo > 0 else f"{b} lower" if hi < 0 else "no clear difference")
+            rows.append({"arch": arch, "n_step": int(n_step), "layers": int(layers), "regime": regime, "impl_a": a,
+                         "impl_b": b, "seeds": len(seeds), f"{metric}_a": float(pa.loc[seeds].mean()),
+                         f"{metric}_b": float(pb.loc[seeds].mean()), "diff_b_minus_a": float(diff.mean()),
+                         "ci_low": lo, "ci_high": hi, "verdict": verdict})
+    return pd.DataFrame(rows)

@@ -33,7 +33,7 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     layers = {k.layers for k in keys if not k.is_ngram}
     neural = [k for k in keys if not k.is_ngram]
     gated = gated_models(keys)
-    plan = {"table": list(TABLE_EXTS)}
+    plan = {"table": list(TABLE_EXTS), "findings": ["md", "html"]}
     if len(window_steps) > 1:
         plan["ppl_vs_nstep"] = list(FIGURE_EXTS)
     if len(layers) > 1:
@@ -43,7 +43,8 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     gated_window_steps = {k.n_step for k in keys if k.arch in GATED_ARCHS and k.regime == "window"}
     if gated and len(gated_window_steps) > 1:
         plan["gates_vs_nstep"] = list(FIGURE_EXTS)
-        plan["gates_effect"] = list(TABLE_EXTS)
+        plan["gates_effect"] = list(TABLE_EXTS)  # the trend test (aggregate.effects.gate_trends)
+        plan["gate_means"] = list(TABLE_EXTS)  # per n_step, with intervals over seeds
     for arch, impl in gated:
         plan[f"saturation_{arch}_{impl}"] = list(FIGURE_EXTS)
     return plan
@@ -56,7 +57,9 @@ REPORT_KINDS = {
     "ppl_vs_layers": ("png", "ppl_vs_layers.rst", "PPL against layers"),
     "curves": ("png", "curves.rst", "training curves"),
     "gates_vs_nstep": ("png", "gates_vs_nstep.rst", "gate means against n_step"),
-    "gates_effect": ("html", "gates_effect.rst", "gate effect, 95% CI"),
+    "gates_effect": ("html", "gates_effect.rst", "gate trend against n_step"),
+    "gate_means": ("html", "gate_means.rst", "gate means per n_step, 95% CI"),
+    "findings": ("html", "findings.rst", "findings"),
     "saturation": ("png", "saturation.rst", "per-unit gate saturation"),
 }
 

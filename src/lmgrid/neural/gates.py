@@ -1,13 +1,19 @@
 """Gate statistics of LSTM (i, f, o, g) and GRU (z, r) runs on the test split, written to gates.csv.
 
-For each layer and gate: mean, standard deviation and two saturation fractions, over every unit and every time
-step whose *input is a real token*; per unit (for a scatter plot of left- against right-saturation); and in the
-window regime per position in the window (0 = oldest token), with the number of real tokens each position holds.
+For each layer and gate: mean, standard deviation and two saturation fractions over every gate value that has an
+effect (below); per unit (for a scatter plot of left- against right-saturation); and in the window regime per
+position in the window (0 = oldest token), with the number of tokens each position contributes.  A row whose
+count would be 0 is not written.
 
-What counts: the window regime's left padding (<s> before the start of a sentence) and the stream regime's tail
-padding are not tokens of the text, so the gates they produce are left out.  Averaging over them would make the
-gates-against-n_step study measure the padding share (22% of window positions at n_step 5, 39% at 9 on the
-default corpus) rather than the gates.
+What counts (docs/contracts.md, "gates.csv"):
+* only real tokens: the window regime's left padding (<s> before the start of a sentence) and the stream regime's
+  tail padding are not tokens of the text.  Averaging over them would make the gates-against-n_step study
+  measure the padding share (22% of window positions at n_step 5, 39% at 9 on the default corpus);
+* only values that have an effect: the LSTM forget gate multiplies the previous cell state (c' = f * c + i * g),
+  which is exactly zero at the first step from a zero state (every window's position 0, every stream row's first
+  token), so f there changes nothing and is left out (at n_step 2 that is every f value: no f rows at all).  Every
+  other gate acts at every step: i scales g, o scales tanh(c'), g is added; the GRU's z weighs n against h (at
+  h = 0 it still scales n by 1 - z) and r scales W_hn h + b_hn, whose bias is trained.
 
 Saturation (after Karpathy, Johnson & Fei-Fei 2015, "Visualizing and Understanding Recurrent Networks"): a
 sigmoid gate (i, f, o, z, r; range 0..1) is left-saturated below 0.1 and right-saturated above 0.9; the tanh
@@ -31,32 +37,36 @@ COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturate
 GATED_ARCHS = ("lstm", "gru")
 
 
+# Gates that multiply the previous state, and so have no effect at the first step from a zero state.
+STATE_GATES = ("f",)
+
+
 class _Sums:
-    """sum, sum of squares, #left- and #right-saturated, reduced over the dims not kept; on the device."""
+    """sum, sum of squares, #left- and #right-saturated and the count of values, reduced over the dims not kept;
+    on the device."""
 
     def __init__(self, gate: str):
         self.low, self.high = saturation_bounds(gate)
-        self.s = self.s2 = self.lo = self.hi = None
+        self.parts = None
 
     def add(self, acts: torch.Tensor, weight: torch.Tensor, dims: tuple[int, ...]) -> None:
         a = acts.double()
-        parts = ((a * weight).sum(dims), (a * a * weight).sum(dims), ((acts < self.low) * weight).sum(dims),
-                 ((acts > self.high) * weight).sum(dims))
-        if self.s is None:
-            self.s, self.s2, self.lo, self.hi = parts
-        else:
-            self.s, self.s2, self.lo, self.hi = (old + new for old, new in zip((self.s, self.s2, self.lo, self.hi),
-                                                                               parts))
+        w = weight.expand_as(a)
+        parts = ((a * w).sum(dims), (a * a * w).sum(dims), ((acts < self.low) * w).sum(dims),
+                 ((acts > self.high) * w).sum(dims), w.sum(dims))
+        self.parts = parts if self.parts is None else tuple(old + new for old, new in zip(self.parts, parts))
 
     def cpu(self) -> "_Sums":
-        self.s, self.s2, self.lo, self.hi = (t.cpu() for t in (self.s, self.s2, self.lo, self.hi))
+        self.parts = tuple(t.cpu() for t in self.parts)
         return self
 
-    def rows(self, count: torch.Tensor):
-        count = count.clamp_min(1)  # a position no real token reaches has all sums 0: report 0, count 0
-        mean = self.s / count
-        std = (self.s2 / count - mean * mean).clamp_min(0).sqrt()
-        return mean, std, self.lo / count, self.hi / count
+    def rows(self):
+        """mean, std, fraction left- and right-saturated, and the count of values, per kept index."""
+        s, s2, lo, hi, n = self.parts
+        count = n.clamp_min(1)
+        mean = s / count
+        std = (s2 / count - mean * mean).clamp_min(0).sqrt()
+        return mean, std, lo / count, hi / count, n
 
 
 def real_token_mask(x: torch.Tensor, y: torch.Tensor, regime: str, bos: int) -> torch.Tensor:
@@ -66,51 +76,56 @@ def real_token_mask(x: torch.Tensor, y: torch.Tensor, regime: str, bos: int) -> 
     return (y != IGNORE).double()
 
 
+def effect_mask(gate: str, real: torch.Tensor, from_zero_state: bool) -> torch.Tensor:
+    """real [B, T] narrowed to the steps where `gate` has an effect: a state gate loses step 0 of a chunk that
+    starts from the zero state."""
+    if gate not in STATE_GATES or not from_zero_state:
+        return real
+    mask = real.clone()
+    mask[:, 0] = 0
+    return mask
+
+
 @torch.no_grad()
 def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
     """gates.csv rows for `model` over `batches` (inputs, targets) of the test split; `bos` is the <s> id."""
     model.eval()
     per_unit: dict[str, _Sums] = {}
     per_pos: dict[str, _Sums] = {}
-    positions = torch.zeros((), dtype=torch.float64, device=device)  # real (batch, time) cells
-    pos_count = None  # window: real tokens at each position
     state = None
     for x, y in batches:
         x, y = x.to(device), y.to(device)
+        from_zero_state = regime == "window" or state is None  # every window; a stream row's first chunk
         _, new_state, gates = model(x, state if regime == "stream" else None, return_gates=True)
         state = new_state
-        mask = real_token_mask(x, y, regime, bos)
-        weight = mask[None, :, :, None]  # [1, B, T, 1] against gates [L, B, T, H]
-        positions += mask.sum()
+        real = real_token_mask(x, y, regime, bos)
         for name, acts in gates.items():
+            weight = effect_mask(name, real, from_zero_state)[None, :, :, None]  # [1, B, T, 1] vs [L, B, T, H]
             per_unit.setdefault(name, _Sums(name)).add(acts, weight, (1, 2))  # -> [L, H]
             if regime == "window":
                 per_pos.setdefault(name, _Sums(name)).add(acts, weight, (1, 3))  # -> [L, T]
-        if regime == "window":
-            pos_count = mask.sum(0) if pos_count is None else pos_count + mask.sum(0)
-    positions = float(positions)
     rows = []
     for name, sums in per_unit.items():
-        sums.cpu()
-        L, H = sums.s.shape
-        mean_u, std_u, lo_u, hi_u = sums.rows(torch.tensor(positions, dtype=torch.float64))
+        s, s2, lo, hi, n = sums.cpu().parts
+        mean_u, std_u, lo_u, hi_u, n_u = sums.rows()
+        L, H = s.shape
         for layer in range(L):
-            n_all = positions * H
-            m = float(sums.s[layer].sum()) / max(n_all, 1)
-            sd = max(float(sums.s2[layer].sum()) / max(n_all, 1) - m * m, 0.0) ** 0.5
-            rows.append(_row("all", layer, name, -1, m, sd, float(sums.lo[layer].sum()) / max(n_all, 1),
-                             float(sums.hi[layer].sum()) / max(n_all, 1), int(n_all)))
+            n_all = float(n[layer].sum())
+            if n_all == 0:
+                continue  # no value of this gate has an effect here (the forget gate at n_step 2)
+            m = float(s[layer].sum()) / n_all
+            sd = max(float(s2[layer].sum()) / n_all - m * m, 0.0) ** 0.5
+            rows.append(_row("all", layer, name, -1, m, sd, float(lo[layer].sum()) / n_all,
+                             float(hi[layer].sum()) / n_all, int(n_all)))
             if name in per_pos:
-                p = per_pos[name].cpu()
-                tokens = pos_count.double().cpu()
-                mean_p, std_p, lo_p, hi_p = p.rows(tokens * H)
+                mean_p, std_p, lo_p, hi_p, n_p = per_pos[name].cpu().rows()
                 for t in range(mean_p.shape[1]):
-                    # count: the real tokens at this position (each contributes H unit activations)
-                    rows.append(_row("position", layer, name, t, mean_p[layer, t], std_p[layer, t],
-                                     lo_p[layer, t], hi_p[layer, t], int(tokens[t])))
+                    if n_p[layer, t] > 0:  # count: the tokens at this position (each gives H unit values)
+                        rows.append(_row("position", layer, name, t, mean_p[layer, t], std_p[layer, t],
+                                         lo_p[layer, t], hi_p[layer, t], int(n_p[layer, t]) // H))
             for u in range(H):
                 rows.append(_row("unit", layer, name, u, mean_u[layer, u], std_u[layer, u], lo_u[layer, u],
-                                 hi_u[layer, u], int(positions)))
+                                 hi_u[layer, u], int(n_u[layer, u])))
     return rows
 
 

@@ -1,0 +1,122 @@
+"""The study's statistical tables and its findings, written from the run's own results (never by hand).
+
+* gates_effect.{csv,md,tex,html}: the trend of each gate's mean with n_step (lmgrid.aggregate.effects.gate_trends);
+* gate_means.{csv,md,tex,html}: each gate's mean per n_step with its 95% interval over seeds;
+* findings.{md,html}: one sentence per claim a reader would draw, each with the number and interval it rests on,
+  made from the tables above, the implementation comparison and the PPL table; nothing is claimed that an
+  interval does not support.
+"""
+from __future__ import annotations
+
+import math
+from html import escape
+
+import pandas as pd
+
+from ..errors import atomic_write
+from . import effects
+from .tables import html_page, latex_escape
+
+PCT = int(effects.CONFIDENCE * 100)
+TREND_METHOD = ("Kendall's tau-b between n_step and each run's gate mean over all runs (a rank trend test for "
+                f"ordered groups), two-sided, level {effects.ALPHA:g}; each n_step against the next: difference of "
+                f"the means with its {PCT}% Welch interval over seeds")
+
+
+def _ci(lo: float, hi: float, fmt: str = "+.3f") -> str:
+    return "–" if math.isnan(lo) else f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _write_four(df_csv: pd.DataFrame, show: pd.DataFrame, title: str, note: str, label: str, paths) -> None:
+    csv_path, md_path, tex_path, html_path = paths
+    with atomic_write(csv_path) as fh:
+        df_csv.to_csv(fh, index=False, float_format="%.6g")
+    body = show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)"
+    with atomic_write(md_path) as fh:
+        fh.write(f"## {title}\n\n{note}\n\n{body}\n")
+    tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
+           .to_latex(hrules=True, caption=latex_escape(f"{title}. {note}").replace("%", r"\%"), label=label,
+                     position="t", position_float="centering", column_format="l" + "r" * (len(show.columns) - 1)))
+    with atomic_write(tex_path) as fh:
+        fh.write(tex.replace("→", r"$\to$").replace("τ", r"$\tau$"))
+    with atomic_write(html_path) as fh:
+        fh.write(html_page(title, [f"<p>{escape(note)}</p>", show.to_html(index=False, border=0)]))
+
+
+def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths) -> tuple[pd.DataFrame, pd.DataFrame]:
+    trends, means = effects.gate_trends(gates), effects.gate_means_by_nstep(gates)
+    show = trends.assign(**{
+        "layer": trends["layer"] + 1,
+        "mean at first → last n_step": [f"{a:.3f} → {b:.3f}" for a, b in zip(trends["gate_mean_first"],
+                                                                             trends["gate_mean_last"])],
+        "τ": trends["kendall_tau"].map(lambda v: f"{v:+.2f}"), "p": trends["p_value"].map(lambda v: f"{v:.3f}"),
+        f"step changes, {PCT}% CI": trends["step_changes"],
+    })[["model", "layer", "gate", "seeds", "n_steps", "mean at first → last n_step", "τ", "p",
+        f"step changes, {PCT}% CI", "direction"]]
+    _write_four(trends, show, f"Gate means against n_step, study {name}",
+                f"Gate values that have an effect only (docs/contracts.md). Trend: {TREND_METHOD}. Layers count "
+                "from 1.", f"tab:{name}-gate-trends", trend_paths)
+    show = means.assign(layer=means["layer"] + 1, mean=means["mean"].map(lambda v: f"{v:.3f}"),
+                        **{f"{PCT}% CI": [_ci(a, b, ".3f") for a, b in zip(means["ci_low"], means["ci_high"])]})[
+        ["model", "layer", "gate", "n_step", "seeds", "mean", f"{PCT}% CI", "values_per_run"]]
+    _write_four(means, show, f"Gate means per n_step, study {name}",
+                f"Mean over seeds of each run's gate mean, with the {PCT}% t interval over seeds (none with one "
+                "seed); values_per_run: gate values with an effect per run (tokens x units). Layers count from 1.",
+                f"tab:{name}-gate-means", means_paths)
+    return trends, means
+
+
+def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
+    out = []
+    for _, t in trends.iterrows():
+        m = means[(means["model"] == t["model"]) & (means["layer"] == t["layer"]) & (means["gate"] == t["gate"])]
+        per_step = ", ".join(f"{int(r.n_step)}: {r.mean:.3f} {_ci(r.ci_low, r.ci_high, '.3f')}" for r in m.itertuples())
+        out.append(f"- **{t['model']}, layer {int(t['layer']) + 1}, gate {t['gate']}**: {t['direction']} "
+                   f"(τ = {t['kendall_tau']:+.2f}, p = {t['p_value']:.3f}, {t['runs']} runs over {t['seeds']} seeds). "
+                   f"Means per n_step: {per_step}. Steps: {t['step_changes']}.")
+    return out
+
+
+def _impl_sentences(diffs: pd.DataFrame) -> list[str]:
+    out = []
+    for _, d in diffs.iterrows():
+        out.append(f"- **{d['arch']} {d['impl_b']} vs {d['impl_a']}** (n_step {d['n_step']}, {d['layers']} layer(s), "
+                   f"{d['regime']}): test PPL {d['test_ppl_b']:.2f} vs {d['test_ppl_a']:.2f}, difference "
+                   f"{d['diff_b_minus_a']:+.2f} {_ci(d['ci_low'], d['ci_high'], '+.2f')} over {d['seeds']} "
+                   f"paired seed(s): {d['verdict']}.")
+    return out
+
+
+def _ppl_sentences(runs: pd.DataFrame) -> list[str]:
+    best = runs.groupby("model")["test_ppl"].agg(["mean", "count"]).sort_values("mean")
+    if best.empty:
+        return []
+    stops = runs[runs["impl"] != "ngram"]
+    out = [f"- Lowest mean test PPL: **{best.index[0]}** at {best['mean'].iloc[0]:.2f} (the table gives every cell)."]
+    if len(stops):
+        counts = stops["stopped_because"].value_counts()
+        before = int((stops["best_epoch"] < stops["epochs"]).sum()) if "best_epoch" in stops else 0
+        out.append(f"- Training: {len(stops)} neural runs; stopped by "
+                   + ", ".join(f"{k} ({v})" for k, v in counts.items())
+                   + f"; {before} of {len(stops)} had their best valid epoch before their last.")
+    return out
+
+
+def write_findings(name: str, runs: pd.DataFrame, trends: pd.DataFrame | None, means: pd.DataFrame | None,
+                   md_path, html_path) -> None:
+    lines = [f"## Findings of study `{name}`", "",
+             "Generated from this run's results by `lmgrid aggregate`; intervals are 95% over seeds.", ""]
+    lines += _ppl_sentences(runs)
+    diffs = effects.impl_differences(runs)
+    if len(diffs):
+        lines += ["", "**Implementations** (same seed = same initial weights; a difference is claimed only when "
+                  "its interval excludes 0):"] + _impl_sentences(diffs)
+    if trends is not None and len(trends):
+        lines += ["", f"**Gates against n_step** ({TREND_METHOD}):"] + _gate_sentences(trends, means)
+    text = "\n".join(lines) + "\n"
+    with atomic_write(md_path) as fh:
+        fh.write(text)
+    items = "".join(f"<li>{escape(line[2:]).replace('**', '')}</li>" for line in lines if line.startswith("- "))
+    heads = [escape(line.replace("**", "")) for line in lines[2:3]]
+    with atomic_write(html_path) as fh:
+        fh.write(html_page(f"Findings of study {name}", [f"<p>{heads[0]}</p>", f"<ul>{items}</ul>"]))
