@@ -101,32 +101,43 @@ def test_markdown_and_latex_bold_the_lowest_mean_per_column(built):
     assert sum(len(re.findall(r"#T_\w+", rule)) for rule in bold_rules) == 6, bold_rules
 
 
-def test_gate_effect_matches_an_independent_computation(built):
+def _tau_b(xs, ys):
+    """Kendall's tau-b by its definition: (concordant - discordant) / sqrt((pairs - ties in x)(pairs - ties in y))."""
+    pairs = [(a, b) for a in range(len(xs)) for b in range(a + 1, len(xs))]
+    sign = [(xs[a] - xs[b]) * (ys[a] - ys[b]) for a, b in pairs]
+    tx = sum(xs[a] == xs[b] for a, b in pairs)
+    ty = sum(ys[a] == ys[b] for a, b in pairs)
+    return (sum(s > 0 for s in sign) - sum(s < 0 for s in sign)) / math.sqrt((len(pairs) - tx) * (len(pairs) - ty))
+
+
+def test_gate_trend_and_means_match_an_independent_computation(built):
+    """The trend table's tau and direction, and the per-n_step means with t intervals, recomputed here from the
+    runs' gates.csv by their definitions. Kills: means over seeds weighted wrongly, tau over per-step means
+    instead of runs, a missing interval."""
     root, _ = built
-    effects = pd.read_csv(root / f"results/{CORPUS}/studies/context/gates_effect.csv",
-                          dtype={"untrained_n_steps": str})
+    trends = pd.read_csv(root / f"results/{CORPUS}/studies/context/gates_effect.csv")
+    means = pd.read_csv(root / f"results/{CORPUS}/studies/context/gate_means.csv")
     keys = [k for k in expand_study(STUDIES["context"]) if k.arch == "lstm"]
     for gate, direction in (("f", "rises"), ("i", "falls")):
-        slopes = []
-        for seed in (1, 2, 3):
-            xs, ys = [], []
-            for k in keys:
-                # The forget gate at n_step 2 only multiplies a zero cell state: no gradient, left out of the fit.
-                if k.seed != seed or (gate == "f" and k.n_step == 2):
-                    continue
-                g = pd.read_csv(root / k.run_dir(CORPUS) / "gates.csv")
-                ys.append(float(g[(g["scope"] == "all") & (g["gate"] == gate) & (g["layer"] == 0)]["mean"].iloc[0]))
-                xs.append(k.n_step)
-            xbar, ybar = statistics.fmean(xs), statistics.fmean(ys)
-            slopes.append(sum((x - xbar) * (y - ybar) for x, y in zip(xs, ys)) / sum((x - xbar) ** 2 for x in xs))
-        half = stats.t.ppf(0.975, 2) * statistics.stdev(slopes) / math.sqrt(3)
-        row = effects[(effects["gate"] == gate) & (effects["model"] == "lstm")].iloc[0]
-        assert row["slope_per_token"] == pytest.approx(statistics.fmean(slopes), rel=1e-4)
-        assert row["ci_low"] == pytest.approx(statistics.fmean(slopes) - half, rel=1e-3, abs=1e-6)
-        assert row["ci_high"] == pytest.approx(statistics.fmean(slopes) + half, rel=1e-3, abs=1e-6)
-        assert row["seeds"] == 3 and row["direction"] == direction
-        n_steps = sorted({k.n_step for k in keys})
-        assert str(row["untrained_n_steps"]) == ("2" if gate == "f" and 2 in n_steps else "nan")
+        xs, ys = [], []
+        for k in keys:
+            g = pd.read_csv(root / k.run_dir(CORPUS) / "gates.csv")
+            row = g[(g["scope"] == "all") & (g["gate"] == gate) & (g["layer"] == 0)]
+            if gate == "f" and k.n_step == 2:
+                assert row.empty  # no forget-gate value has an effect at n_step 2
+                continue
+            xs.append(k.n_step)
+            ys.append(float(row["mean"].iloc[0]))
+        row = trends[(trends["gate"] == gate) & (trends["model"] == "lstm")].iloc[0]
+        assert row["kendall_tau"] == pytest.approx(_tau_b(xs, ys), abs=1e-6)  # the CSV holds 6 digits
+        assert row["runs"] == len(xs) and row["seeds"] == 3 and row["direction"] == direction
+        for n in sorted(set(xs)):
+            vals = [y for x, y in zip(xs, ys) if x == n]
+            half = stats.t.ppf(0.975, len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals))
+            m = means[(means["gate"] == gate) & (means["model"] == "lstm") & (means["n_step"] == n)].iloc[0]
+            assert m["mean"] == pytest.approx(statistics.fmean(vals), rel=1e-6)
+            assert m["ci_low"] == pytest.approx(statistics.fmean(vals) - half, rel=1e-4, abs=1e-6)
+            assert m["ci_high"] == pytest.approx(statistics.fmean(vals) + half, rel=1e-4, abs=1e-6)
 
 
 def test_figures_are_pdf_and_png(built):

@@ -91,6 +91,8 @@ def write_gates(path: Path, key: RunKey, rng: np.random.Generator, units: int) -
     rows = []
     for layer in range(key.layers):
         for gate in GATES[key.arch]:
+            if gate == "f" and key.regime == "window" and key.n_step == 2:
+                continue  # every f value multiplies the zero cell state: none has an effect (neural.gates)
             trend = {"f": 0.02, "i": -0.015, "z": -0.01}.get(gate, 0.0)
             mean = (0.0 if gate == "g" else 0.5) + trend * n + 0.005 * rng.standard_normal()
             lo, hi = max(0.02, 0.3 - trend * 5 * n), min(0.9, 0.2 + trend * 5 * n + 0.1)

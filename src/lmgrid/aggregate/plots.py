@@ -16,7 +16,7 @@ from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import atomic_write  # noqa: E402
-from ..gate_facts import gate_gets_gradient, saturation_bounds  # noqa: E402
+from ..gate_facts import saturation_bounds  # noqa: E402
 
 GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o", "g": "candidate g",
               "z": "update gate z", "r": "reset gate r"}
@@ -172,9 +172,13 @@ def curves(logs: pd.DataFrame, stem: str, title: str) -> list[str]:
 
 
 def gate_means(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
-    """Mean gate activation against n_step, one panel per gate and layer; error bars: std over seeds."""
-    df = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
-    parts = ["layers"] if df["layers"].nunique() > 1 else []
+    """Mean gate activation against n_step (gate values with an effect only), one panel per gate and layer; error
+    bars: the 95% t interval over seeds (none with one seed)."""
+    from .effects import gate_means_by_nstep
+
+    df = gate_means_by_nstep(gates)
+    raw = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
+    parts = ["layers"] if raw["layers"].nunique() > 1 else []
     panels = sorted({(int(l), g) for l, g in zip(df["layer"], df["gate"])},
                     key=lambda p: (GATE_ORDER.index(p[1]) if p[1] in GATE_ORDER else 99, p[0]))
     with plt.rc_context(STYLE):
@@ -183,23 +187,16 @@ def gate_means(gates: pd.DataFrame, stem: str, title: str) -> list[str]:
         colours = _colours(df["series"])
         for ax, (layer, gate) in zip(axes, panels):
             p = df[(df["layer"] == layer) & (df["gate"] == gate)]
-            for name, s in p.groupby("series", sort=True):
-                per = s.groupby("n_step")["mean"].agg(["mean", "std"]).reset_index()
-                ax.errorbar(per["n_step"], per["mean"], yerr=per["std"].fillna(0), capsize=3, marker="o", ms=4,
+            for name, per in p.groupby("series", sort=True):
+                yerr = [(per["mean"] - per["ci_low"]).fillna(0), (per["ci_high"] - per["mean"]).fillna(0)]
+                ax.errorbar(per["n_step"], per["mean"], yerr=yerr, capsize=3, marker="o", ms=4,
                             color=colours[name], label=name)
-                # A gate that gets no gradient at this n_step (lmgrid.gate_facts): hollow, and said so.
-                dead = per[[not gate_gets_gradient(gate, "window", int(n)) for n in per["n_step"]]]
-                if len(dead):
-                    ax.plot(dead["n_step"], dead["mean"], "o", ms=9, mfc="white", mec=colours[name], zorder=3)
-                    for n, m in zip(dead["n_step"], dead["mean"]):
-                        ax.annotate("no gradient\n(initial value)", (n, m), textcoords="offset points", xytext=(6, 6),
-                                    fontsize=7, color="grey")
-            ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer}")
+            ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
             ax.set_xticks(sorted(p["n_step"].unique()))
             ax.set_xlabel("n_step (window length, tokens)")
             ax.set_ylabel("Mean activation")
             _legend(ax, p["series"].nunique())
-        fig.suptitle(f"{title} (error bars: std over seeds)")
+        fig.suptitle(f"{title} (error bars: 95% interval over seeds)")
         fig.tight_layout()
         return save(fig, stem)
 
