@@ -102,3 +102,25 @@ def killed_at_epoch(epoch: int):
             yield
     finally:
         train_mod.Progress.on_train_epoch_start = original
+
+
+class TopicSource:
+    """Sentences whose state crosses the sentence boundary and matters inside it: a topic (one of `topics`, each
+    with its own `words_per_topic` words) persists from sentence to sentence and switches with probability
+    `switch`; every sentence holds exactly `length` words of its topic, then </s>.  A model predicts the first word
+    of a sentence well only from the previous sentences (the topic), and </s> only by counting the words since
+    the last </s>: a row cut mid-sentence, from a zero state, loses both."""
+
+    def __init__(self, topics: int = 3, words_per_topic: int = 3, length: int = 4, switch: float = 0.1,
+                 seed: int = 0):
+        self.topics, self.wpt, self.length, self.switch = topics, words_per_topic, length, switch
+        self.rng = np.random.default_rng(seed)
+        self.topic = 0
+
+    def sample(self, n: int) -> list[list[str]]:
+        out = []
+        for _ in range(n):
+            if self.rng.random() < self.switch:
+                self.topic = int(self.rng.integers(self.topics))
+            out.append([f"t{self.topic}w{int(w)}" for w in self.rng.integers(self.wpt, size=self.length)])
+        return out
