@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import math
 import os
 import shlex
@@ -20,8 +19,8 @@ import yaml
 
 from .errors import LmgridError
 from .runkey import NEURAL_ARCHS, expand_study
+from .schema import SCHEMA_PATH, load_schema, load_yaml, train_settings  # noqa: F401 - re-exported
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
 
 
@@ -30,33 +29,6 @@ def _key_path(parts) -> str:
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "<top level>"
-
-
-def load_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LmgridError(f"{path}: file not found") from None
-    except yaml.YAMLError as e:
-        raise LmgridError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise LmgridError(f"{path}: expected a mapping of config keys at the top level")
-    return data
-
-
-@functools.lru_cache(maxsize=4)
-def _schema(path: str) -> dict:
-    return load_yaml(path)
-
-
-def load_schema(path: str | Path | None = None) -> dict:
-    return _schema(str(path or SCHEMA_PATH))
-
-
-def train_settings(schema_path: str | Path | None = None) -> dict[str, dict]:
-    """The schema of every training setting (name -> its JSON schema, with `default`)."""
-    return load_schema(schema_path)["$defs"]["train_settings"]["properties"]
 
 
 # ---- layers: which file or option a value came from -------------------------------------------------------
