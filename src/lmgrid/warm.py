@@ -58,8 +58,10 @@ def run_via_server(argv: list[str]) -> int | None:
     if not path or "LOCAL_RANK" in os.environ:  # DDP processes that Lightning starts run on their own
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connected = False
     try:
         conn.connect(path)
+        connected = True
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -68,6 +70,9 @@ def run_via_server(argv: list[str]) -> int | None:
         _PID.unpack(_recv_all(conn, _PID.size))  # the server forked the child: from here on the job is its
     except OSError:  # no server, or it went away before it started the child: nothing ran, run it here
         conn.close()
+        if connected:
+            print("lmgrid: the warm training server went away before it started this job; running it here",
+                  file=sys.stderr, flush=True)
         return None
 
     def stop(signum, frame):  # the job is being killed: so is its child
