@@ -154,6 +154,12 @@ def socket_fds(pid: int) -> set[str]:
     return out
 
 
+def connected(pid: int) -> bool:
+    """Whether process `pid` holds a connected Unix socket (/proc/net/unix St 03)."""
+    inodes = {link[8:-1] for link in socket_fds(pid) if link.startswith("socket:[")}
+    return any(f[6] in inodes and f[5] == "03" for f in map(str.split, Path("/proc/net/unix").read_text().splitlines()[1:]))
+
+
 def session_members(sid: int) -> list[int]:
     """Live processes of session `sid` (field 6 of /proc/<pid>/stat), zombies left out."""
     out = []
@@ -183,9 +189,9 @@ def test_a_server_killed_mid_run_loses_nothing_and_leaves_nothing_running(tmp_pa
     jobs = {}
     for name in ("a", "b"):
         with (tmp_path / f"{name}.log").open("w") as out:
-            jobs[name] = subprocess.Popen(train_cmd(corpus, tmp_path / name, epochs=4),
+            jobs[name] = subprocess.Popen(train_cmd(corpus, tmp_path / name, epochs=10),
                                           env=env(LMGRID_WARM_SOCKET=str(sock)), stdout=out, stderr=subprocess.STDOUT)
-    assert wait_for(lambda: all("epoch 1/4" in (tmp_path / f"{n}.log").read_text() for n in jobs)), \
+    assert wait_for(lambda: all("epoch 1/10" in (tmp_path / f"{n}.log").read_text() for n in jobs)), \
         log.read_text() + (tmp_path / "a.log").read_text()
     kids = children(log)
     assert len(kids) == 2
@@ -195,9 +201,9 @@ def test_a_server_killed_mid_run_loses_nothing_and_leaves_nothing_running(tmp_pa
         assert listening not in socket_fds(kid), f"child {kid} holds the listening socket"
     proc.send_signal(signal.SIGSTOP)  # the server accepts nothing more: the next job waits in its backlog
     with (tmp_path / "c.log").open("w") as out:  # the same run as a, never interrupted
-        jobs["c"] = subprocess.Popen(train_cmd(corpus, tmp_path / "c", epochs=4), env=env(LMGRID_WARM_SOCKET=str(sock)),
-                                     stdout=out, stderr=subprocess.STDOUT)
-    time.sleep(3)
+        jobs["c"] = subprocess.Popen(train_cmd(corpus, tmp_path / "c", epochs=10),
+                                     env=env(LMGRID_WARM_SOCKET=str(sock)), stdout=out, stderr=subprocess.STDOUT)
+    assert wait_for(lambda: connected(jobs["c"].pid), timeout=30, step=0.05), "job c never reached the server"
     proc.kill()
     proc.wait(timeout=30)
     for name in ("a", "b"):
@@ -206,12 +212,13 @@ def test_a_server_killed_mid_run_loses_nothing_and_leaves_nothing_running(tmp_pa
         assert jobs[name].returncode == 1, text
         assert [line for line in text.splitlines() if "error" in line.lower() or "Traceback" in line] == [
             "lmgrid: error: the warm training server went away during the job; run it again to resume"], text
-    left = wait_for(lambda: not session_members(proc.pid), timeout=20) or session_members(proc.pid)
+    # at once: a child that outlived its server would otherwise train on for seconds
+    left = wait_for(lambda: not session_members(proc.pid), timeout=3, step=0.05) or session_members(proc.pid)
     assert left is True, f"processes of the killed server left: {left}"
     assert jobs["c"].wait(timeout=300) == 0, (tmp_path / "c.log").read_text()
     assert len(children(log)) == 2  # c ran in its own process, after the server it had reached went away
     assert "went away before it started this job; running it here" in (tmp_path / "c.log").read_text()
-    rerun = subprocess.run(train_cmd(corpus, tmp_path / "a", epochs=4), env=env(LMGRID_WARM_SOCKET=str(sock)),
+    rerun = subprocess.run(train_cmd(corpus, tmp_path / "a", epochs=10), env=env(LMGRID_WARM_SOCKET=str(sock)),
                            capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert "resuming from" in rerun.stdout + rerun.stderr
