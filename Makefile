@@ -63,7 +63,7 @@ clean:
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
 
-## the pipeline on a real single-node SLURM through workflow/profiles/slurm (docs/cluster.md). As root it
+## the pipeline on a real single-node SLURM through profiles/slurm (docs/cluster.md). As root it
 ## installs the Debian packages when missing and starts daemons on loopback, stopping them at the end;
 ## without root it skips with the reason.
 .PHONY: test-cluster
