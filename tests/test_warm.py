@@ -157,7 +157,8 @@ def socket_fds(pid: int) -> set[str]:
 def connected(pid: int) -> bool:
     """Whether process `pid` holds a connected Unix socket (/proc/net/unix St 03)."""
     inodes = {link[8:-1] for link in socket_fds(pid) if link.startswith("socket:[")}
-    return any(f[6] in inodes and f[5] == "03" for f in map(str.split, Path("/proc/net/unix").read_text().splitlines()[1:]))
+    rows = [line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
+    return any(f[6] in inodes and f[5] == "03" for f in rows)
 
 
 def session_members(sid: int) -> list[int]:
