@@ -6,14 +6,16 @@ TSTAMP  := $(VENV)/.installed-test-stamp
 CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
 # CONFIG: a config file applied over config.yaml (e.g. a preset); SET: overrides, YAML-typed, each replacing the
-# node it names, e.g.  make run SET="train.epochs=5 studies.context.n_step=[2,3]"   (README, "Configuration")
+# node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"  (README,
+# "Configuration"). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
+# assignments at blanks outside quotes and outside {...} / [...] values.
 CONFIG  ?=
 SET     ?=
 export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup run test test-all report lint clean status plan report-check
+.PHONY: setup run dry test test-all report lint clean status plan report-check
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -33,6 +35,10 @@ setup: $(STAMP)
 run: $(STAMP)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG)
 	$(SMK) --cores 1 $(SMKCFG) --report results/report.html
+
+## what `make run` would run (same CONFIG/SET, same arguments), without running anything: Snakemake's dry run
+dry: $(STAMP)
+	$(SMK) --dry-run --cores $(CORES) $(SMKCFG)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
 status: $(STAMP)
@@ -63,7 +69,7 @@ clean:
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
 
-## the pipeline on a real single-node SLURM through workflow/profiles/slurm (docs/cluster.md). As root it
+## the pipeline on a real single-node SLURM through profiles/slurm (docs/cluster.md). As root it
 ## installs the Debian packages when missing and starts daemons on loopback, stopping them at the end;
 ## without root it skips with the reason.
 .PHONY: test-cluster

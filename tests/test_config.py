@@ -162,3 +162,46 @@ def test_error_names_the_file_that_set_the_value(base, repo, tmp_path, monkeypat
     cfg["train"]["lr"] = "fast"
     with pytest.raises(LmgridError, match=r"^config.yaml: train.lr: 'fast' is not of type 'number'"):
         workflow_config(cfg, ["config.yaml", str(tmp_path / "preset.yaml")], {})
+
+
+def _all_defaulted(node: dict, root: dict) -> bool:
+    """Whether an object schema can be left out whole: it requires nothing and each of its keys has a default."""
+    from lmgrid.config import _resolve
+
+    node = _resolve(node, root)
+    props = node.get("properties", {})
+    return node.get("type") == "object" and not node.get("required") and bool(props) and all(
+        "default" in _resolve(sub, root) or _all_defaulted(sub, root) for sub in props.values())
+
+
+def test_every_section_whose_keys_all_have_defaults_may_be_left_out(schema):
+    """Walks the schema: no object requires a key that could be defaulted whole, and each such key has
+    `default: {}` so that its keys get filled in.  kills: `vocab` in the top level's `required`."""
+    from lmgrid.config import _resolve, load_schema
+
+    root = load_schema(schema)
+    bad = []
+
+    def walk(node: dict, where: str) -> None:
+        node = _resolve(node, root)
+        if node.get("x-fill-defaults") is False:  # train.per_arch: its entries hold only what differs
+            return
+        for key, sub in node.get("properties", {}).items():
+            if _all_defaulted(sub, root):
+                if key in node.get("required", []):
+                    bad.append(f"{where}{key}: required, though every key of it has a default")
+                if _resolve(sub, root).get("default") != {}:
+                    bad.append(f"{where}{key}: no `default: {{}}`, so its keys are not filled in when it is left out")
+            if isinstance(sub, dict):
+                walk(sub, f"{where}{key}.")
+
+    walk(root, "")
+    assert bad == []
+
+
+def test_a_config_of_ones_own_needs_no_vocab_section(base, schema, repo):
+    """A config of one's own with only what has no default: corpus and studies."""
+    own = {"corpus": base["corpus"], "studies": {"s": {"arch": ["kn"], "n_step": [2]}}}
+    cfg = check(copy.deepcopy(own), schema, base_dir=repo)
+    assert cfg["vocab"] == {"min_count": 1, "max_size": 0}
+    assert cfg["train"]["epochs"] >= 1 and cfg["ngram"]["addk_k"] == 1.0

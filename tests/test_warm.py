@@ -105,3 +105,123 @@ def test_without_a_server_the_job_runs_in_its_own_process(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """A server of its own, in its own session as the Snakefile starts it (its session id is its pid)."""
+    sock, log = root / "s.sock", root / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lmgrid", "warm-server", "--socket", str(sock),
+                                 "--parent-pid", str(os.getpid())], stdout=out, stderr=subprocess.STDOUT, env=env(),
+                                start_new_session=True)
+    for _ in range(240):
+        if sock.exists():
+            return proc, sock, log
+        time.sleep(0.5)
+    pytest.fail(log.read_text())
+
+
+def wait_for(what, timeout: float = 120.0, step: float = 0.25):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = what()
+        if value:
+            return value
+        time.sleep(step)
+    return what()
+
+
+def children(log: Path) -> list[int]:
+    return [int(line.split()[1][:-1]) for line in log.read_text().splitlines() if line.startswith("job ")]
+
+
+def listening_inode(sock: Path) -> str:
+    """The inode of the socket listening at `sock` (/proc/net/unix: Num RefCount Protocol Flags Type St Inode Path)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        f = line.split()
+        if len(f) == 8 and f[7] == str(sock) and int(f[3], 16) & 0x10000:  # __SO_ACCEPTCON: it listens
+            return f[6]
+    raise AssertionError(f"nothing listens at {sock}")
+
+
+def socket_fds(pid: int) -> set[str]:
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            out.add(os.readlink(fd))
+        except OSError:
+            pass
+    return out
+
+
+def connected(pid: int) -> bool:
+    """Whether process `pid` holds a connected Unix socket (/proc/net/unix St 03)."""
+    inodes = {link[8:-1] for link in socket_fds(pid) if link.startswith("socket:[")}
+    rows = [line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
+    return any(f[6] in inodes and f[5] == "03" for f in rows)
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes of session `sid` (field 6 of /proc/<pid>/stat), zombies left out."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/net/unix").is_file(), reason="needs Linux /proc")
+def test_a_server_killed_mid_run_loses_nothing_and_leaves_nothing_running(tmp_path):
+    """`kill -9` of the server while two jobs train and a third waits to be accepted: the two fail with one line,
+    the third runs in its own process, no process of the server's is left, a job started after it runs in its own
+    process, and the rerun of a failed job ends with the numbers of an uninterrupted run.
+
+    kills: child keeps the listening socket (checked in /proc, and a later job's connect would hang);
+    child outlives its server (no PR_SET_PDEATHSIG: /proc shows it); a job the server never started fails
+    instead of running in its own process; an in-flight job's failure is a traceback or silent."""
+    proc, sock, log = start_server(tmp_path)
+    corpus = tiny_corpus(tmp_path, train=3000)
+    jobs = {}
+    for name in ("a", "b"):
+        with (tmp_path / f"{name}.log").open("w") as out:
+            jobs[name] = subprocess.Popen(train_cmd(corpus, tmp_path / name, epochs=10),
+                                          env=env(LMGRID_WARM_SOCKET=str(sock)), stdout=out, stderr=subprocess.STDOUT)
+    assert wait_for(lambda: all("epoch 1/10" in (tmp_path / f"{n}.log").read_text() for n in jobs)), \
+        log.read_text() + (tmp_path / "a.log").read_text()
+    kids = children(log)
+    assert len(kids) == 2
+    listening = f"socket:[{listening_inode(sock)}]"
+    assert listening in socket_fds(proc.pid)  # the check sees the server's own copy
+    for kid in kids:
+        assert listening not in socket_fds(kid), f"child {kid} holds the listening socket"
+    proc.send_signal(signal.SIGSTOP)  # the server accepts nothing more: the next job waits in its backlog
+    with (tmp_path / "c.log").open("w") as out:  # the same run as a, never interrupted
+        jobs["c"] = subprocess.Popen(train_cmd(corpus, tmp_path / "c", epochs=10),
+                                     env=env(LMGRID_WARM_SOCKET=str(sock)), stdout=out, stderr=subprocess.STDOUT)
+    assert wait_for(lambda: connected(jobs["c"].pid), timeout=30, step=0.05), "job c never reached the server"
+    proc.kill()
+    proc.wait(timeout=30)
+    for name in ("a", "b"):
+        jobs[name].wait(timeout=60)
+        text = (tmp_path / f"{name}.log").read_text()
+        assert jobs[name].returncode == 1, text
+        assert [line for line in text.splitlines() if "error" in line.lower() or "Traceback" in line] == [
+            "lmgrid: error: the warm training server went away during the job; run it again to resume"], text
+    # at once: a child that outlived its server would otherwise train on for seconds
+    left = wait_for(lambda: not session_members(proc.pid), timeout=3, step=0.05) or session_members(proc.pid)
+    assert left is True, f"processes of the killed server left: {left}"
+    assert jobs["c"].wait(timeout=300) == 0, (tmp_path / "c.log").read_text()
+    assert len(children(log)) == 2  # c ran in its own process, after the server it had reached went away
+    assert "went away before it started this job; running it here" in (tmp_path / "c.log").read_text()
+    rerun = subprocess.run(train_cmd(corpus, tmp_path / "a", epochs=10), env=env(LMGRID_WARM_SOCKET=str(sock)),
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resuming from" in rerun.stdout + rerun.stderr
+    a, c = (json.loads((tmp_path / d / "run" / "metrics.json").read_text()) for d in ("a", "c"))
+    assert a["test"] == c["test"] and a["valid"] == c["valid"]

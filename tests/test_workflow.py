@@ -154,6 +154,18 @@ def test_a_run_rebuilds_the_report_after_its_results(finished):
     assert "<p>The summary table (category <em>Summary</em>)" in html  # ... closed before the next paragraph
 
 
+def test_a_run_of_some_targets_says_the_report_waits_for_a_full_run(tmp_path, repo):
+    """`snakemake <one target>` ends with one plain line, not an error about files marked for the report.
+
+    kills: onsuccess building the report after a run that made only some results."""
+    write_config(tmp_path, TINY)
+    r = snakemake(tmp_path, repo, "results/tiny/vocab_report.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("lmgrid:")]
+    assert len(lines) == 1 and lines[0].startswith("lmgrid: results/report.html waits for a full run: "), lines
+    assert not (tmp_path / "results" / "report.html").exists()
+
+
 def test_a_failed_run_removes_a_stale_report(tmp_path, monkeypatch):
     from lmgrid.report import drop_if_stale
 

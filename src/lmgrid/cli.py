@@ -179,7 +179,7 @@ def cmd_progress(a) -> None:
 def cmd_warm_server(a) -> None:
     from .warm import serve
 
-    serve(a.socket, a.parent_pid, a.idle_s)
+    serve(a.socket, a.parent_pid, a.idle_s, run=main)  # warm.py imports nothing of this module
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import math
 import os
-import shlex
 from pathlib import Path
 
 import yaml
 
 from .errors import LmgridError
 from .runkey import NEURAL_ARCHS, expand_study
+from .schema import SCHEMA_PATH, load_schema, load_yaml, train_settings  # noqa: F401 - re-exported
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
 
 
@@ -30,33 +28,6 @@ def _key_path(parts) -> str:
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "<top level>"
-
-
-def load_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LmgridError(f"{path}: file not found") from None
-    except yaml.YAMLError as e:
-        raise LmgridError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise LmgridError(f"{path}: expected a mapping of config keys at the top level")
-    return data
-
-
-@functools.lru_cache(maxsize=4)
-def _schema(path: str) -> dict:
-    return load_yaml(path)
-
-
-def load_schema(path: str | Path | None = None) -> dict:
-    return _schema(str(path or SCHEMA_PATH))
-
-
-def train_settings(schema_path: str | Path | None = None) -> dict[str, dict]:
-    """The schema of every training setting (name -> its JSON schema, with `default`)."""
-    return load_schema(schema_path)["$defs"]["train_settings"]["properties"]
 
 
 # ---- layers: which file or option a value came from -------------------------------------------------------
@@ -104,14 +75,67 @@ def _retype(value):
     return value
 
 
+_CLOSE = {"{": "}", "[": "]"}
+
+
+def split_assignments(text: str) -> list[str]:
+    """`a.b=1 studies={s: {arch: [mkn, lstm]}}` -> its assignments: words split at blanks outside quotes and
+    outside a YAML flow value ({...} or [...] right after `=`, and everything inside it).  Quotes outside a flow
+    value group as in a shell and are removed (`a='x y'`); inside one they are YAML's and stay."""
+    words, cur, stack, quote, started = [], [], [], None, False
+    chars = iter(text)
+    for ch in chars:
+        if quote:
+            if ch == "\\" and quote == '"':
+                nxt = next(chars, "")
+                cur.append(ch + nxt if stack else nxt)
+            elif ch == quote:
+                quote = None
+                if stack:
+                    cur.append(ch)
+            else:
+                cur.append(ch)
+        elif ch in "'\"":
+            quote, started = ch, True
+            if stack:
+                cur.append(ch)
+        elif ch.isspace() and not stack:
+            if started:
+                words.append("".join(cur))
+            cur, started = [], False
+        else:
+            if ch in _CLOSE and (stack or (cur and cur[-1] == "=")):
+                stack.append(_CLOSE[ch])
+            elif stack and ch == stack[-1]:
+                stack.pop()
+            cur.append(ch)
+            started = True
+    if quote:
+        raise LmgridError(f"--config {SET_KEY}: no closing quotation ({quote}) in {text!r}")
+    if stack:
+        raise LmgridError(f"--config {SET_KEY}: a {stack[-1]!r} is missing in {text!r}")
+    if started:
+        words.append("".join(cur))
+    return words
+
+
+def _restore_end_quotes(text: str) -> str:
+    """Snakemake strips every ' and " at both ends of a --config value, so `set="a.b='x y'"` arrives as
+    `a.b='x y`: give back the quotes that close it (none when it is balanced already)."""
+    for end in ("", "'", '"', "\"'", "'\""):
+        try:
+            split_assignments(text + end)
+            return text + end
+        except LmgridError:
+            continue
+    return text
+
+
 def parse_assignments(text: str) -> list[tuple[list[str], object]]:
-    """`a.b=1 c=[2, 3]` -> [(["a", "b"], 1), (["c"], [2, 3])]: values are YAML; quote one that holds spaces."""
-    try:
-        words = shlex.split(text)
-    except ValueError as e:
-        raise LmgridError(f"--config {SET_KEY}: {e}") from None
+    """`a.b=1 c=[2, 3]` -> [(["a", "b"], 1), (["c"], [2, 3])]: values are YAML; a value with blanks is one when it
+    is a {...} or [...] value, or quoted."""
     out = []
-    for word in words:
+    for word in split_assignments(text):
         key, sep, value = word.partition("=")
         parts = key.split(".")
         if not sep or not all(parts):
@@ -150,7 +174,8 @@ def apply_overrides(config: dict, configfiles=(), cli_config=None) -> Sources:
     replacing the node it names: `set="train.epochs=5"` changes one setting, `set="studies={...}"` all studies.
     """
     cli = _retype(copy.deepcopy(dict(cli_config or {})))
-    assignments = cli.pop(SET_KEY, None)
+    cli.pop(SET_KEY, None)
+    assignments = dict(cli_config or {}).get(SET_KEY)  # as given: the words are parsed here, not retyped
     config.pop(SET_KEY, None)
     layers = []
     for f in configfiles or []:
@@ -164,7 +189,7 @@ def apply_overrides(config: dict, configfiles=(), cli_config=None) -> Sources:
     layers.append(("--config", cli))
     if assignments not in (None, ""):
         tree: dict = {}
-        for parts, value in parse_assignments(str(assignments)):
+        for parts, value in parse_assignments(_restore_end_quotes(str(assignments))):
             _set_path(config, parts, value)
             _set_path(tree, parts, value)
         layers.append((f"--config {SET_KEY}", tree))

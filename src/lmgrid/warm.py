@@ -11,7 +11,14 @@ file, checkpoint folder, resume and rerun semantics: its `lmgrid train` process 
 over its command line, working directory, environment and its stdin/stdout/stderr; the server forks a child that
 runs exactly that command, in that directory, writing to those files, and reports its exit status back, which
 the job exits with.  Killing the job kills the child.  Where no server answers (a cluster node, a plain shell),
-`lmgrid train` runs in its own process as before.  The forked child's CPU time and peak memory are not in the
+`lmgrid train` runs in its own process as before.
+
+A server fault loses nothing and leaves nothing running: a child holds no socket but its job's stdin/stdout/stderr
+(so once the server is gone nothing listens, and the next job's connect fails and it runs in its own process),
+and it dies with its server (Linux: PR_SET_PDEATHSIG) and with its job (the server kills the child's process
+group when the job's connection ends).  A job whose server went away before it started the child falls back to
+running in its own process; a job whose child was running fails with one line, and its rerun resumes from the
+run's last checkpoint like any other failed job.  The forked child's CPU time and peak memory are not in the
 job's Snakemake benchmark file (the child is the server's, not the job's); metrics.json records them.
 """
 from __future__ import annotations
@@ -24,10 +31,15 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Callable
 
 SOCKET_ENV = "LMGRID_WARM_SOCKET"
-_STATUS = struct.Struct("!i")
-_CHILDREN: set[int] = set()  # jobs running in children of this server
+_PID = struct.Struct("!i")  # server -> job, first: the child's pid, once the child exists ("started")
+_STATUS = struct.Struct("!i")  # server -> job, last: the child's exit status
+_CHILDREN: set[int] = set()  # jobs running in children of this server (each its own process group)
+_OPEN: set[socket.socket] = set()  # the listening socket and every job connection: no child keeps any of them
+_PR_SET_PDEATHSIG = 1
+GONE = "lmgrid: error: the warm training server went away during the job; run it again to resume"
 
 
 def _recv_all(conn: socket.socket, n: int) -> bytes:
@@ -41,21 +53,27 @@ def _recv_all(conn: socket.socket, n: int) -> bytes:
 
 
 def run_via_server(argv: list[str]) -> int | None:
-    """Run `lmgrid <argv>` in a child of the warm server; its exit status, or None when no server answers."""
+    """Run `lmgrid <argv>` in a child of the warm server; its exit status, or None when no server started it."""
     path = os.environ.get(SOCKET_ENV)
     if not path or "LOCAL_RANK" in os.environ:  # DDP processes that Lightning starts run on their own
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connected = False
     try:
         conn.connect(path)
-    except OSError:
+        connected = True
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
+        conn.sendall(request)
+        _PID.unpack(_recv_all(conn, _PID.size))  # the server forked the child: from here on the job is its
+    except OSError:  # no server, or it went away before it started the child: nothing ran, run it here
         conn.close()
+        if connected:
+            print("lmgrid: the warm training server went away before it started this job; running it here",
+                  file=sys.stderr, flush=True)
         return None
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
-    conn.sendall(request)
 
     def stop(signum, frame):  # the job is being killed: so is its child
         try:
@@ -67,15 +85,31 @@ def run_via_server(argv: list[str]) -> int | None:
         signal.signal(sig, stop)
     try:
         return _STATUS.unpack(_recv_all(conn, _STATUS.size))[0]
-    except ConnectionError:
-        print("lmgrid: error: the warm training server went away during the job", file=sys.stderr)
+    except OSError:  # ConnectionError included
+        print(GONE, file=sys.stderr, flush=True)
         return 1
     finally:
         conn.close()
 
 
-def _child(request: dict, fds: list[int]) -> None:
-    """In the forked child: become the job's process, then run its command."""
+def _die_with(server_pid: int) -> None:
+    """In a fresh child: be killed when the server dies (Linux), and end now if it has died already."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the server's SIGTERM handler still stops its children
+        pass
+    if os.getppid() != server_pid:
+        os._exit(1)
+
+
+def _child(request: dict, fds: list[int], server_pid: int, run: Callable[[list[str]], int]) -> None:
+    """In the forked child: hold nothing of the server's, become the job's process, then run its command."""
+    _die_with(server_pid)
+    os.setpgid(0, 0)  # its own process group: the server stops the child with whatever it started
+    for sock in list(_OPEN):
+        sock.close()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -88,9 +122,7 @@ def _child(request: dict, fds: list[int]) -> None:
         signal.signal(sig, signal.SIG_DFL)
     status = 1
     try:
-        from .cli import main
-
-        status = main(request["argv"])
+        status = run(request["argv"])
     except SystemExit as e:  # argparse errors
         status = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - a crash is reported as Python would, then the child ends
@@ -103,52 +135,74 @@ def _child(request: dict, fds: list[int]) -> None:
         os._exit(status)
 
 
-def _serve_one(conn: socket.socket) -> None:
+def _stop(pid: int, sig: int = signal.SIGTERM) -> None:
+    """Signal a child's process group (the child and what it started), or the child alone before it has one."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, sig)
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def _serve_one(conn: socket.socket, run: Callable[[list[str]], int]) -> None:
     msg, fds, _, _ = socket.recv_fds(conn, 4, 3)
     request = json.loads(_recv_all(conn, struct.unpack("!I", msg)[0]))
+    server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(request, fds)
+        _child(request, fds, server_pid, run)
+    try:
+        os.setpgid(pid, pid)  # also here, so that the group exists before the server may signal it
+    except OSError:
+        pass
     _CHILDREN.add(pid)
     print(f"job {pid}: lmgrid {' '.join(request['argv'])}", flush=True)
     for fd in fds:
         os.close(fd)
+    try:
+        conn.sendall(_PID.pack(pid))  # the job learns that its child runs (before reap() may send the status)
+    except OSError:
+        pass  # the job is gone already: watch() stops the child
 
     def watch() -> None:  # the job asked to stop ("K") or died: stop its child
         try:
             while conn.recv(1):
-                os.kill(pid, signal.SIGTERM)
+                if pid in _CHILDREN:
+                    _stop(pid)
         except OSError:
             pass
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        if pid in _CHILDREN:
+            _stop(pid)
 
     def reap() -> None:
         _, status = os.waitpid(pid, 0)
         _CHILDREN.discard(pid)
         try:
             conn.sendall(_STATUS.pack(os.waitstatus_to_exitcode(status) % 256))
+            conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        conn.shutdown(socket.SHUT_RDWR)
+        _OPEN.discard(conn)
         conn.close()
 
     threading.Thread(target=watch, daemon=True).start()
     threading.Thread(target=reap, daemon=True).start()
 
 
-def serve(path: str, parent_pid: int, idle_s: float = 600.0) -> None:
-    """Import the training stack, then fork one child per request until `parent_pid` (the workflow) is gone."""
+def serve(path: str, parent_pid: int, idle_s: float = 600.0, run: Callable[[list[str]], int] | None = None) -> None:
+    """Import the training stack, then fork one child per request, which runs `run(argv)` (the `lmgrid` command
+    line's main), until `parent_pid` (the workflow) is gone or no job ran for `idle_s` seconds."""
+    import ctypes  # noqa: F401 - imported once here, used in every child (_die_with)
+
     import lmgrid.neural.train  # noqa: F401 - the point: paid once, inherited by every child
+
+    if run is None:
+        raise ValueError("serve: run (the command line's main) is required")
 
     def shutdown(signum, frame):  # the workflow stops us: no job may outlive the server
         for pid in list(_CHILDREN):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _stop(pid)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, shutdown)
@@ -158,12 +212,14 @@ def serve(path: str, parent_pid: int, idle_s: float = 600.0) -> None:
         os.unlink(path)
     server.bind(path)
     server.listen(16)
+    _OPEN.add(server)
+    tick = min(5.0, idle_s)
     idle = 0.0
     try:
         while idle < idle_s:
-            ready, _, _ = select.select([server], [], [], 5.0)
+            ready, _, _ = select.select([server], [], [], tick)
             if not ready:
-                idle += 5.0
+                idle = idle if _CHILDREN else idle + tick  # a running job is not idleness: it dies with us
                 try:
                     os.kill(parent_pid, 0)
                 except ProcessLookupError:
@@ -171,10 +227,12 @@ def serve(path: str, parent_pid: int, idle_s: float = 600.0) -> None:
                 continue
             idle = 0.0
             conn, _ = server.accept()
+            _OPEN.add(conn)
             try:
-                _serve_one(conn)
+                _serve_one(conn, run)
             except (OSError, ValueError, ConnectionError) as e:
                 print(f"lmgrid warm-server: a request failed: {e}", file=sys.stderr, flush=True)
+                _OPEN.discard(conn)
                 conn.close()
     finally:
         server.close()

@@ -1,4 +1,4 @@
-"""The pipeline on a real single-node SLURM, through the shipped profile (workflow/profiles/slurm).
+"""The pipeline on a real single-node SLURM, through the shipped profile (profiles/slurm).
 
 Run with `make test-cluster`: tests/cluster/with_slurm.sh starts the cluster, runs these tests and
 stops every daemon it started. Outside it these tests skip with the reason (fail when
@@ -25,7 +25,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).with_name("tiny.yaml")
-SLURM_PROFILE = REPO / "workflow/profiles/slurm"
+SLURM_PROFILE = REPO / "profiles/slurm"
 LOCAL_PROFILE = REPO / "profiles/default"
 # What the runs build: [] = the tiny config's `rule all` (every stage, training included).
 TARGETS: list[str] = []

@@ -165,10 +165,18 @@ WARM_SERVER = []
 
 # The HTML report is rebuilt after every successful run with the run's own config (LMGRID_REPORT=0: not; `make
 # run` builds it itself, also when nothing was to be done); a failed run removes a report older than the results.
+# A run of some targets (`snakemake results/<corpus>/summary.csv`) that leaves results of the full run missing
+# builds no report: one plain line says it waits for a full run (and a report older than the results goes).
 def build_report():
-    from lmgrid.report import REPORT, build
+    from lmgrid.report import REPORT, build, drop_if_stale
 
     if os.environ.get("LMGRID_REPORT", "1") == "0":
+        return
+    missing = [str(f) for f in rules.all.input if not os.path.exists(f)]
+    if missing:
+        dropped = drop_if_stale(Path(f"results/{CORPUS}"))
+        print(f"lmgrid: {REPORT} waits for a full run: {len(missing)} of its results are not made yet "
+              f"(e.g. {missing[0]}){'; removed the older one' if dropped else ''}", file=sys.stderr)
         return
     overrides = [f"{k}={json.dumps(v)}" for k, v in dict(workflow.config_settings.config).items()]
     error = build(workflow.main_snakefile, os.getcwd(), workflow.config_settings.configfiles, overrides)

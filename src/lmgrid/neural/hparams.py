@@ -6,7 +6,7 @@ builds the DAG.
 """
 from __future__ import annotations
 
-from lmgrid.config import load_schema, train_settings
+from lmgrid.schema import load_schema, train_settings
 from lmgrid.errors import LmgridError
 
 _SETTINGS = train_settings()

@@ -1,0 +1,85 @@
+"""The package's import floors and the workflow profiles' places: checks that need no run."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in (SRC / "lmgrid").rglob("*.py"):
+        parts = f.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the lmgrid modules it imports anywhere in its body (function-level imports included: an import
+    deferred to call time is still a dependency)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, f in mods.items():
+        package = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module
+                found = [base, *(f"{base}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            deps |= {m for m in found if m in mods and m != name and not name.startswith(m + ".")}
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle, as the path that closes it (depth-first search; one path per circle found)."""
+    found, state = [], {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                found.append(path[path.index(d):] + [d])
+            elif d not in state:
+                visit(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_no_module_imports_a_floor_above_it():
+    """Each module imports only from modules below it: no import circle, not even through a deferred import.
+
+    kills: warm.py importing lmgrid.cli (for main) while cli imports warm; config.py and neural/hparams.py
+    importing each other (the schema reader back in config.py)."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_check_sees_a_deferred_circle():
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b", "a"]]
+
+
+def test_profiles_sit_where_snakemake_looks_for_them():
+    """Workflow profiles: profiles/<name>/profile.yaml next to the Snakefile (`--workflow-profile <name>`);
+    profiles/default is loaded by itself.  No profile elsewhere, and nothing names an old place."""
+    assert (REPO / "Snakefile").is_file()
+    names = sorted(p.parent.name for p in (REPO / "profiles").glob("*/profile.yaml"))
+    assert names == ["default", "slurm"]
+    assert yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())["executor"] == "slurm"
+    assert not (REPO / "workflow" / "profiles").exists()
+    for f in ["Makefile", "README.md", "config.yaml", *map(str, REPO.glob("docs/*.md")),
+              *map(str, REPO.glob("tests/cluster/*"))]:
+        text = (REPO / f).read_text()
+        assert "workflow/profiles" not in text and "profiles/default/config.yaml" not in text, f
