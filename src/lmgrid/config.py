@@ -166,6 +166,21 @@ def _merge(dst: dict, src: dict) -> None:
             dst[k] = copy.deepcopy(v)
 
 
+REPLACE_KEY = "replace"  # a config file's `replace: [studies, train]`: those sections are its own, not merged
+
+
+def _replace_sections(config: dict, trees: list[dict]) -> None:
+    """A preset says which whole sections it brings (`replace: [studies, train]`): those sections of the files
+    before it are dropped, so nothing of config.yaml's studies or training settings leaks into a preset run;
+    files after it still merge over it."""
+    for i, tree in enumerate(trees):
+        for section in (tree.get(REPLACE_KEY) or []) if isinstance(tree, dict) else []:
+            config[section] = copy.deepcopy(tree.get(section, {}))
+            for later in trees[i + 1:]:
+                if isinstance(later, dict) and isinstance(later.get(section), dict):
+                    _merge(config[section], later[section])
+
+
 def apply_overrides(config: dict, configfiles=(), cli_config=None) -> Sources:
     """Turn Snakemake's merged config into the typed one (in place) and return its layers.
 
@@ -185,6 +200,7 @@ def apply_overrides(config: dict, configfiles=(), cli_config=None) -> Sources:
         except LmgridError:
             tree = {}
         layers.append((str(f) if rel.startswith("..") else rel, tree))
+    _replace_sections(config, [tree for _, tree in layers])
     _merge(config, cli)
     layers.append(("--config", cli))
     if assignments not in (None, ""):

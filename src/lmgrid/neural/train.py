@@ -44,6 +44,7 @@ from .callbacks import EpochLog, Progress
 from .data import LMData
 from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
+from .precision import resolve_precision
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 
@@ -136,10 +137,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     resume = _prepare_ckpt_dir(ckpt_dir, fingerprint) if main else _resume_path(ckpt_dir, fingerprint)
 
     cuda = hp["accelerator"] in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    precision = hp["precision"]
-    if precision == "bf16-mixed" and not cuda:
-        print("train.precision: bf16-mixed needs a GPU; training in 32-true on the CPU", flush=True)
-        precision = "32-true"
+    precision, precision_reason = resolve_precision(hp["precision"], cuda)
     if cuda and devices > torch.cuda.device_count():
         raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
@@ -151,7 +149,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     start = f"resuming from {resume}" if resume else "from scratch"
     if main:
         print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
-              f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {start}", flush=True)
+              f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {precision} "
+              f"({precision_reason}), {start}", flush=True)
 
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
@@ -221,6 +220,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "device": _device_name(device, devices),
         "precision": precision,
+        "precision_reason": precision_reason,
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
         "hparams": hp,
