@@ -56,3 +56,5 @@ rule all:
         f"results/{CORPUS}/summary.html",
         expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",
+        expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])
+        if config["reference"] else [],

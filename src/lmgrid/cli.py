@@ -67,6 +67,14 @@ def cmd_summary(a) -> None:
     write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html)
 
 
+def cmd_reference(a) -> None:
+    import json
+
+    from .reference import write
+
+    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html)
+
+
 def cmd_score(a) -> None:
     from . import lm
 
@@ -139,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--md", required=True)
     s.add_argument("--html", help="also the tables as one HTML page (for the Snakemake report)")
     s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("reference", help="published perplexities beside ours (config `reference:`)")
+    s.add_argument("--rows", required=True, help="the config's reference list, as JSON")
+    s.add_argument("--metrics", nargs="*", default=[])
+    for ext in ("csv", "md", "tex", "html"):
+        s.add_argument(f"--{ext}", required=True)
+    s.set_defaults(func=cmd_reference)
 
     s = sub.add_parser("score", help="per-sentence log-prob and PPL of a text file under a trained run")
     s.add_argument("--run", required=True, help="a run folder (results/<corpus>/runs/...)")

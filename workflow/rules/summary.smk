@@ -19,3 +19,24 @@ rule summary:
         "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
         "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
         "--csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
+
+
+# A preset's published figures beside ours (config `reference:`; lmgrid.reference). Only when the list is not empty.
+rule reference:
+    localrule: local("summary")
+    input:
+        metrics=[f"{d}/metrics.json" for d in run_dirs()],
+    output:
+        csv="results/{corpus}/reference.csv",
+        md="results/{corpus}/reference.md",
+        tex="results/{corpus}/reference.tex",
+        html=report("results/{corpus}/reference.html", caption="../report/reference.rst", category="Reference"),
+    params:
+        rows=shlex.quote(json.dumps(config["reference"], sort_keys=True)),
+    log:
+        "results/{corpus}/logs/reference.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --csv {output.csv} --md {output.md} "
+        "--tex {output.tex} --html {output.html} > {log} 2>&1"
