@@ -198,3 +198,17 @@ def test_ptb_dir_without_the_files_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("LMGRID_PTB_DIR", str(tmp_path))
     with pytest.raises(LmgridError, match=rf"^LMGRID_PTB_DIR={tmp_path}: ptb.valid.txt not found in it$"):
         check(ptb_config("https://example.org/ptb/"), None, "config")
+
+
+def test_the_ptb_preset_is_valid_and_holds_the_readme_sums(repo, monkeypatch, ptb_dir):
+    """kills: a preset whose sums differ from the published ones, or that the config check rejects."""
+    from lmgrid.config import load_config
+    from lmgrid.rawdata import ptb_sources
+
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("LMGRID_PTB_DIR", raising=False)
+    cfg = load_config(["presets/ptb.yaml"])
+    assert cfg["corpus"]["sha256"] == SHA256
+    assert ptb_sources(cfg["corpus"]).urls["test"].endswith("/data/ptb.test.txt")
+    monkeypatch.setenv("LMGRID_PTB_DIR", str(ptb_dir))
+    assert ptb_sources(load_config(["presets/ptb.yaml"])["corpus"]).origin == "env"
