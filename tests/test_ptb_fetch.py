@@ -77,7 +77,7 @@ def serve():
         server.server_close()
 
 
-def run(workdir: Path, repo: Path, cfg: dict, ptb_env: Path | None = None) -> subprocess.CompletedProcess:
+def run(workdir: Path, repo: Path, cfg: dict, *args: str, ptb_env: Path | None = None) -> subprocess.CompletedProcess:
     """The real workflow up to the corpus stats, with $LMGRID_PTB_DIR only when `ptb_env` is given."""
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if k != "LMGRID_PTB_DIR"}
@@ -85,7 +85,7 @@ def run(workdir: Path, repo: Path, cfg: dict, ptb_env: Path | None = None) -> su
     if ptb_env is not None:
         env["LMGRID_PTB_DIR"] = str(ptb_env)
     cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", TARGET]
+           "--cores", "2", *args, TARGET]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -118,6 +118,8 @@ def test_download_is_verified_and_gives_the_readme_counts(tmp_path, repo, copies
         assert (tmp_path / "results" / "ptb" / "logs" / f"fetch_{split}.log").exists()
     assert_readme_counts(tmp_path)
     assert stored_copies(tmp_path) == []  # Snakemake's own copies of the downloads are gone
+    r = run(tmp_path, repo, ptb_config(url), "-n")
+    assert "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]  # fetched once, not per run
 
 
 def test_a_corrupted_download_fails_with_one_line_and_keeps_nothing(tmp_path, repo, copies, serve):
