@@ -37,10 +37,21 @@ def cmd_synth(a) -> None:
         start += n
 
 
+def cmd_verify(a) -> None:
+    from .rawdata import verified_copy
+
+    verified_copy(a.src, a.out, a.sha256, a.name)
+
+
 def cmd_corpus(a) -> None:
     from .corpus import prepare
+    from .rawdata import verify
 
     inputs = dict(a.input)
+    for split, want in a.sha256:
+        if split not in inputs:
+            raise LmgridError(f"--sha256 {split}: no --input {split}=PATH to check")
+        verify(inputs[split], want)
     ratios = {"train": a.ratios[0], "valid": a.ratios[1], "test": a.ratios[2]} if a.ratios else None
     prepare(a.kind, inputs, a.out_dir, lowercase=a.lowercase, max_len=a.max_len, ratios=ratios, seed=a.seed)
 
@@ -114,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--grammar", default="{}", help="JSON overrides of the grammar settings")
     s.set_defaults(func=cmd_synth)
 
+    s = sub.add_parser("verify", help="copy a file to OUT only when its sha256 is the expected one")
+    s.add_argument("src", help="the file to check (e.g. Snakemake's local copy of a download)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--sha256", required=True, help="the expected sha256 (hex)")
+    s.add_argument("--name", help="how an error names the file (default: SRC), e.g. its URL")
+    s.set_defaults(func=cmd_verify)
+
     s = sub.add_parser("corpus", help="normalise raw input into train/valid/test and corpus_stats.json")
     s.add_argument("--kind", choices=["synth", "ptb", "text"], required=True)
     s.add_argument("--input", type=_kv, action="append", required=True, help="SPLIT=PATH (or text=PATH)")
@@ -122,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-len", type=int, default=0)
     s.add_argument("--ratios", type=float, nargs=3, metavar=("TRAIN", "VALID", "TEST"))
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--sha256", type=_kv, action="append", default=[], help="SPLIT=HEX: check that input first")
     s.set_defaults(func=cmd_corpus)
 
     s = sub.add_parser("vocab", help="build the vocabulary from train; report OOV rates")

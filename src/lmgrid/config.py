@@ -289,16 +289,17 @@ def check_semantics(config: dict, sources: Sources | str = "config", base_dir: s
     corpus = config["corpus"]
     kind = corpus["kind"]
     base = Path(base_dir)
-    need = {"synth": "synth", "ptb": "files", "text": "text"}[kind]
-    if need not in corpus:
+    need = {"synth": "synth", "text": "text"}.get(kind)
+    if need and need not in corpus:
         raise LmgridError(f"{src('corpus', 'kind')}: corpus.{need}: required when corpus.kind is {kind!r}")
+    for key in ("download", "sha256"):
+        if key in corpus and kind != "ptb":
+            raise LmgridError(f"{src('corpus', key)}: corpus.{key}: only for kind 'ptb' (corpus.kind is {kind!r})")
     if kind == "synth" and corpus["max_len"]:
         raise LmgridError(f"{src('corpus', 'max_len')}: corpus.max_len: not supported for kind 'synth' "
                           "(dropping sentences would change the distribution the oracle scores)")
     if kind == "ptb":
-        for split, f in corpus["files"].items():
-            if not (base / f).is_file():
-                raise LmgridError(f"{src('corpus', 'files', split)}: corpus.files.{split}: file not found: {f}")
+        _check_ptb(corpus, src, base)
     if kind == "text":
         text = corpus["text"]
         if not (base / text["path"]).is_file():
@@ -327,6 +328,34 @@ def check_semantics(config: dict, sources: Sources | str = "config", base_dir: s
         if not expand_study(study):
             raise LmgridError(f"{src('studies', name)}: studies.{name}: the grid is empty")
     _check_model_shapes(config, src)
+
+
+def _check_ptb(corpus: dict, src, base: Path) -> None:
+    """A ptb corpus needs local files (corpus.files, or $LMGRID_PTB_DIR) or a download with its sha256 sums."""
+    from .rawdata import PTB_DIR_ENV, PTB_NAMES, SPLITS, ptb_sources
+
+    download = corpus.get("download")
+    if download is not None:
+        missing = [] if "base_url" in download else [s for s in SPLITS if s not in download]
+        if missing:
+            raise LmgridError(f"{src('corpus', 'download')}: corpus.download: give base_url or a URL for every "
+                              f"split (missing: {', '.join(missing)})")
+        if "sha256" not in corpus:
+            raise LmgridError(f"{src('corpus', 'download')}: corpus.sha256: required with corpus.download "
+                              "(every downloaded file is checked before it is kept)")
+    source = ptb_sources(corpus)
+    if source is None:
+        raise LmgridError(f"{src('corpus', 'kind')}: corpus.files: required when corpus.kind is 'ptb' (or "
+                          f"corpus.download with corpus.sha256, or {PTB_DIR_ENV} naming a folder with "
+                          f"{', '.join(PTB_NAMES.values())})")
+    if source.origin == "files":
+        for split, f in source.files.items():
+            if not (base / f).is_file():
+                raise LmgridError(f"{src('corpus', 'files', split)}: corpus.files.{split}: file not found: {f}")
+    elif source.origin == "env":
+        for split, f in source.files.items():
+            if not Path(f).is_file():
+                raise LmgridError(f"{PTB_DIR_ENV}={os.environ[PTB_DIR_ENV]}: {PTB_NAMES[split]} not found in it")
 
 
 def _check_model_shapes(config: dict, src) -> None:

@@ -10,6 +10,7 @@ from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
 from lmgrid.neural.cli import JOB_SETTINGS_ENV
 from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
+from lmgrid.rawdata import ptb_sources
 from lmgrid.runkey import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
@@ -25,6 +26,8 @@ except LmgridError as _e:
 CORPUS = config["corpus"]["name"]
 KIND = config["corpus"]["kind"]
 SPLITS = ["train", "valid", "test"]
+# kind ptb: local files (corpus.files, else $LMGRID_PTB_DIR) or URLs that rule fetch downloads (lmgrid.rawdata).
+PTB = ptb_sources(config["corpus"]) if KIND == "ptb" else None
 envvars:
     "PATH",
 
@@ -51,7 +54,7 @@ def raw_inputs(wildcards):
     if KIND == "synth":
         return {s: f"results/{CORPUS}/raw/{s}.txt" for s in SPLITS}
     if KIND == "ptb":
-        return dict(c["files"])
+        return {s: f"results/{CORPUS}/raw/ptb.{s}.txt" for s in SPLITS} if PTB.downloads else dict(PTB.files)
     return {"text": c["text"]["path"]}
 
 
@@ -63,6 +66,7 @@ def corpus_options(wildcards):
     c = config["corpus"]
     opts = ["--lowercase"] if c["lowercase"] else []
     opts.append(f"--max-len {c['max_len']}")
+    opts += [f"--sha256 {s}={c['sha256'][s]}" for s in SPLITS if "sha256" in c]  # local files are checked too
     if KIND == "text":
         t = c["text"]
         ratios = t["ratios"]

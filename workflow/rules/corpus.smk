@@ -17,6 +17,27 @@ rule synth:
         "--grammar '{params.grammar}' > {log} 2>&1"
 
 
+# kind ptb with corpus.download: the http storage plugin fetches a split, `lmgrid verify` keeps it in raw/ only
+# when its sha256 is corpus.sha256's (a failed job's output is deleted: nothing unverified stays).
+rule fetch:
+    localrule: local("fetch")
+    input:
+        lambda w: storage.http(PTB.urls[w.split]),
+    output:
+        "results/{corpus}/raw/ptb.{split}.txt",
+    wildcard_constraints:
+        split="train|valid|test",
+    params:
+        url=lambda w: PTB.urls[w.split],
+        sha256=lambda w: config["corpus"]["sha256"][w.split],
+    log:
+        "results/{corpus}/logs/fetch_{split}.log",
+    conda:
+        ENV
+    shell:
+        "lmgrid verify {input:q} --out {output:q} --sha256 {params.sha256} --name {params.url:q} > {log} 2>&1"
+
+
 rule corpus:
     localrule: local("corpus")
     input:
