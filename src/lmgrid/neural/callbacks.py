@@ -132,6 +132,10 @@ class Progress(pl.Callback):
         self._valid_ppl, self._epoch_s = _ppl(pl_module.valid_loss), time.time() - self._t
         if self.path:
             self._write(trainer, trainer.num_training_batches)
+        schedule = pl_module.schedule
+        trained_lr, next_lr = schedule.lr_history[-1], trainer.optimizers[0].param_groups[0]["lr"]
+        then = f" ({schedule.stopped_because})" if trainer.should_stop else (
+            f", next lr {next_lr:.3g}" if next_lr != trained_lr else "")
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
-              f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}, "
-              f"{time.time() - self._t:.1f} s{' (' + pl_module.schedule.stopped_because + ')' if trainer.should_stop else ''}", flush=True)
+              f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trained_lr:.3g}, {time.time() - self._t:.1f} s{then}",
+              flush=True)
