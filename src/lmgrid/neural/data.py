@@ -218,6 +218,11 @@ class LMData(pl.LightningDataModule):
                 rows = self.stream_batch_size if split == "train" else self.stream_eval_batch_size
                 self.tensors[split] = sentence_rows(ids, rows, eos, pad)
 
+    def padding_fraction(self, splits) -> float:
+        """Padded target positions over all target positions the splits' tensors hold."""
+        pad = sum(int((self.tensors[s][1] == IGNORE).sum()) for s in splits)
+        return pad / max(sum(self.tensors[s][1].numel() for s in splits), 1)
+
     def counted_tokens(self, split: str) -> int:
         return int((self.tensors[split][1] != IGNORE).sum())
 

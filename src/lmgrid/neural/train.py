@@ -193,8 +193,11 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     device = torch.device("cuda" if cuda else "cpu")
     model = module.model.to(device)
     metrics = {"name": key.name, **run_info}
+    eval_s = 0.0
     for split in ("valid", "test"):
+        t_eval = time.time()
         nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
+        eval_s += time.time() - t_eval
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
         try:
@@ -206,6 +209,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     metrics.update({
         "params": params,
         "train_tokens_per_s": epoch_log.tokens_per_s,
+        # Scoring valid and test (forward only, eval batches): its speed, and the share of scored positions that are
+        # padding (the stream regime's row tails; windows have none).
+        "eval_tokens_per_s": (metrics["valid"]["tokens"] + metrics["test"]["tokens"]) / max(eval_s, 1e-9),
+        "eval_padding_fraction": data.padding_fraction(("valid", "test")),
         "train_tokens": n_train,
         "epochs": len(rows),
         "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
