@@ -88,11 +88,15 @@ def _impl_sentences(diffs: pd.DataFrame) -> list[str]:
 
 
 def _ppl_sentences(runs: pd.DataFrame) -> list[str]:
-    best = runs.groupby("model")["test_ppl"].agg(["mean", "count"]).sort_values("mean")
+    cells = ["model", "n_step", "layers", "regime"]
+    best = runs.groupby(cells)["test_ppl"].agg(["mean", "count"]).sort_values("mean")
     if best.empty:
         return []
+    (model, n_step, layers, regime), top = best.index[0], best.iloc[0]
+    where = "stream" if regime == "stream" else f"n_step {n_step}"
     stops = runs[runs["impl"] != "ngram"]
-    out = [f"- Lowest mean test PPL: **{best.index[0]}** at {best['mean'].iloc[0]:.2f} (the table gives every cell)."]
+    out = [f"- Lowest test PPL: **{model}** ({where}, {layers} layer(s)) at {top['mean']:.2f}, mean over "
+           f"{int(top['count'])} seed(s) (the table gives every cell)."]
     if len(stops):
         counts = stops["stopped_because"].value_counts()
         before = int((stops["best_epoch"] < stops["epochs"]).sum()) if "best_epoch" in stops else 0
