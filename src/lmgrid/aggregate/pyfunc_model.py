@@ -48,11 +48,14 @@ class LmgridPyfunc(_mlflow().pyfunc.PythonModel):
 
 
 def sentences_of(model_input) -> list:
-    """The sentences of a DataFrame's `sentence` column, a Series, or a list of strings."""
+    """The sentences of a DataFrame's `sentence` column (or its only column: MLflow hands a list of strings over as
+    a one-column frame), a Series, or a list of strings."""
     if isinstance(model_input, pd.DataFrame):
-        if COLUMN not in model_input.columns:
+        if COLUMN in model_input.columns:
+            return model_input[COLUMN].tolist()
+        if len(model_input.columns) != 1:
             raise LmgridError(f"predict input: expected a column {COLUMN!r}, got {list(model_input.columns)}")
-        return model_input[COLUMN].tolist()
+        return model_input.iloc[:, 0].tolist()
     if isinstance(model_input, pd.Series):
         return model_input.tolist()
     if isinstance(model_input, str):
@@ -66,10 +69,12 @@ def perplexity_of(prediction: pd.DataFrame) -> float:
 
 
 def signature():
+    """Input: one string column, left unnamed so that a plain list of strings passes MLflow's schema check too (a
+    named column would refuse it); the input example names it `sentence`."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema
 
-    return ModelSignature(inputs=Schema([ColSpec(DataType.string, COLUMN)]),
+    return ModelSignature(inputs=Schema([ColSpec(DataType.string)]),
                           outputs=Schema([ColSpec(DataType.double, "log_prob_nats"), ColSpec(DataType.long, "tokens")]))
 
 
