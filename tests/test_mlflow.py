@@ -176,19 +176,8 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
     log = open(tmp_path / "server.log", "w")
     # Its own session, so stopping it by its process id also stops the workers it spawns.
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    pid = server.pid
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
-            time.sleep(0.5)
+        _wait_healthy(server, port, tmp_path / "server.log")
         uri = f"http://127.0.0.1:{port}"
         first = sync(uri, CORPUS, STUDIES, results)
         second = sync(uri, CORPUS, STUDIES, results)
@@ -198,16 +187,39 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
         client = MlflowClient(tracking_uri=uri)
         study = runs[runs[f"tags.{TAG_KEY}"] == "study:more"].iloc[0]
         assert "tables/table.json" in {a.path for a in client.list_artifacts(study["run_id"], "tables")}
+        exp = client.get_experiment_by_name(CORPUS)
+        assert exp.artifact_location.startswith("mlflow-artifacts:")  # the server's, not a path of this machine
+        models = client.search_logged_models([exp.experiment_id])
+        assert len(models) == len(all_runs(STUDIES)) and all(m.name == "model" for m in models)
         _check_live_training_logs(uri, tmp_path)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(pid, signal.SIGKILL)
-            server.wait()
+        _stop(server)
         log.close()
+
+
+def _wait_healthy(server: subprocess.Popen, port: int, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
+        time.sleep(0.5)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stops a server started in its own session, with the workers it spawned (by its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def _check_live_training_logs(uri: str, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -144,3 +145,32 @@ def test_second_sync_logs_nothing_new(clone):
     exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(CORPUS).experiment_id
     with fluent_uri(uri):
         assert len(mlflow.search_logged_models(experiment_ids=[exp], output_format="list")) == 2
+
+
+@pytest.mark.slow
+def test_models_load_through_the_ui_command_of_the_readme(clone, tmp_path):
+    """`mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`,
+    started in a copy of the clone, serves the models: a client over http loads one and gets the cell's test PPL."""
+    import subprocess
+    import sys
+
+    from test_mlflow import _free_port, _stop, _wait_healthy
+
+    root, ids = clone
+    moved = tmp_path / "copy"
+    shutil.copytree(root / "results", moved / "results")
+    port = _free_port()
+    cmd = [str(Path(sys.executable).with_name("mlflow")), "ui", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", "sqlite:///results/mlflow.db", "--artifacts-destination", "results/mlartifacts"]
+    with open(tmp_path / "ui.log", "w") as log:
+        server = subprocess.Popen(cmd, cwd=moved, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_healthy(server, port, tmp_path / "ui.log")
+            metrics = json.loads((moved / KN.run_dir(CORPUS) / "metrics.json").read_text())
+            test = load_split(moved / f"results/{CORPUS}/corpus/test.txt")
+            with fluent_uri(f"http://127.0.0.1:{port}"):
+                model = mlflow.pyfunc.load_model(f"runs:/{ids[KN]}/model")
+            ppl = perplexity_of(model.predict([" ".join(s) for s in test]))
+            assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
+        finally:
+            _stop(server)

@@ -12,6 +12,9 @@ Loading needs lmgrid importable (the project's environment): the model pickles a
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -115,13 +118,40 @@ def unloadable_reason(model_file: Path) -> str | None:
     return None
 
 
+class _DropPickleNotice(logging.Filter):
+    """MLflow warns on every model that a Python object is cloudpickled: expected here (the object holds no state;
+    its class is pickled by reference to this module)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "causes it to be serialized using CloudPickle" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No per-model pickle notice, and no download progress bars (MLflow validates the input example by loading
+    the model back) in the sync job's log."""
+    log, notice = logging.getLogger("mlflow.pyfunc"), _DropPickleNotice()
+    saved = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    log.addFilter(notice)
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        yield
+    finally:
+        log.removeFilter(notice)
+        if saved is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = saved
+
+
 def log_cell_model(model_file: Path, vocab: Path | None, example_text: Path | None, params: dict, tags: dict):
     """Log the pyfunc model of one cell into the active run; returns MLflow's ModelInfo."""
     mlflow = _mlflow()
     artifacts = {"model": str(model_file)}
     if vocab is not None and vocab.is_file():
         artifacts["vocab"] = str(vocab)
-    return mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=LmgridPyfunc(), artifacts=artifacts,
-                                   signature=signature(), input_example=input_example(example_text),
-                                   pip_requirements=requirements(model_file.suffix == ".ckpt"),
-                                   params=params, tags=tags)
+    with _quiet():
+            return mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=LmgridPyfunc(), artifacts=artifacts,
+                                       signature=signature(), input_example=input_example(example_text),
+                                       pip_requirements=requirements(model_file.suffix == ".ckpt"),
+                                       params=params, tags=tags)
