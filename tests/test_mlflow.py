@@ -106,6 +106,9 @@ def test_sync_contents_and_idempotence(results, tmp_path):
     assert third["studies"]["context"] != first["studies"]["context"]
     runs = active_runs(uri)
     assert len(runs) == n_cells + 2
+    # One model per cell in the Models view: the replaced run's model went with it.
+    models = client.search_logged_models([client.get_experiment_by_name(CORPUS).experiment_id])
+    assert sorted(m.source_run_id for m in models) == sorted(runs[runs["tags.lmgrid.kind"] == "cell"]["run_id"])
     row = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0"].iloc[0]
     assert row["metrics.test_ppl"] == 123.0
     # N-gram settings are params, its timings metrics.

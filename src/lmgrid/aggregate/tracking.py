@@ -162,7 +162,8 @@ def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history
     final metrics are also the logged model's."""
     from mlflow.entities import Metric, Param, RunTag
 
-    metrics = [Metric(k, v, when_ms, 0, model_id=model_id) for k, v in final.items()] + [Metric(k, v, when_ms, s) for k, v, s in history]
+    metrics = [Metric(k, v, when_ms, 0, model_id=model_id) for k, v in final.items()]
+    metrics += [Metric(k, v, when_ms, s) for k, v, s in history]
     client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])
 
@@ -300,7 +301,8 @@ class Syncer:
             return None
         files = self.data.files if self.data is not None else {}
         with mlflow.start_run(run_id=run_id, log_system_metrics=False):
-            info = pyfunc_model.log_cell_model(model_file, files.get("vocab"), files.get("test"), params, {TAG_KEY: tag})
+            info = pyfunc_model.log_cell_model(model_file, files.get("vocab"), files.get("test"), params,
+                                               {TAG_KEY: tag})
         self.client.set_tag(run_id, TAG_MODEL, info.model_uri)
         if self.register_models:
             name = registered_name(self.experiment, key)
