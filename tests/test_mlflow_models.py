@@ -77,7 +77,7 @@ def _test_ppl_through_mlflow(root, model_uri: str) -> float:
 @pytest.mark.parametrize("key", [LSTM, KN], ids=["lstm", "kn"])
 def test_loaded_model_scores_the_test_split_like_the_cell(clone, key):
     """mlflow.pyfunc.load_model(runs:/<id>/model).predict on the test split gives the cell's test PPL.
-    kills: predict counting <s> or dropping </s> (tokens), or summing log10 / another model's log-probs."""
+    kills: predict dropping </s>'s log-prob (or counting <s>, which its own target check also stops), log10."""
     root, ids = clone
     metrics = json.loads((root / key.run_dir(CORPUS) / "metrics.json").read_text())
     ppl = _test_ppl_through_mlflow(root, f"runs:/{ids[key]}/model")

@@ -46,8 +46,10 @@ class LmgridPyfunc(_mlflow().pyfunc.PythonModel):
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         sentences = [str(s).split() for s in sentences_of(model_input)]
         per = self.model.sentence_logprobs(sentences)
-        return pd.DataFrame({"log_prob_nats": [float(sum(lps)) for lps in per],
-                             "tokens": [len(targets(s)) for s in sentences]})
+        tokens = [len(targets(s)) for s in sentences]
+        if [len(lps) for lps in per] != tokens:
+            raise AssertionError("the model scored other targets than lmgrid.ppl.targets counts")
+        return pd.DataFrame({OUTPUTS[0]: [float(sum(lps)) for lps in per], OUTPUTS[1]: tokens})
 
 
 def sentences_of(model_input) -> list:
@@ -78,7 +80,7 @@ def signature():
     from mlflow.types import ColSpec, DataType, Schema
 
     return ModelSignature(inputs=Schema([ColSpec(DataType.string)]),
-                          outputs=Schema([ColSpec(DataType.double, "log_prob_nats"), ColSpec(DataType.long, "tokens")]))
+                          outputs=Schema([ColSpec(DataType.double, OUTPUTS[0]), ColSpec(DataType.long, OUTPUTS[1])]))
 
 
 def input_example(text_path: Path | None) -> pd.DataFrame:
