@@ -106,6 +106,9 @@ def test_sync_contents_and_idempotence(results, tmp_path):
     assert third["studies"]["context"] != first["studies"]["context"]
     runs = active_runs(uri)
     assert len(runs) == n_cells + 2
+    # One model per cell in the Models view: the replaced run's model went with it.
+    models = client.search_logged_models([client.get_experiment_by_name(CORPUS).experiment_id])
+    assert sorted(m.source_run_id for m in models) == sorted(runs[runs["tags.lmgrid.kind"] == "cell"]["run_id"])
     row = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0"].iloc[0]
     assert row["metrics.test_ppl"] == 123.0
     # N-gram settings are params, its timings metrics.
@@ -125,12 +128,14 @@ def test_runs_are_complete_records(results, tmp_path):
     assert [e.name for e in client.search_experiments()] == [CORPUS]  # Default is gone (deleted, not listed)
     runs = active_runs(uri)
     for tag, model_files in ((f"results/{CORPUS}/runs/lstm/torch/n3_l1_window_s2", {"model.ckpt", "vocab.json"}),
-                             (f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0", {"model.arpa"})):
+                             (f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0", {"model.arpa", "vocab.json"})):
         row = runs[runs[f"tags.{TAG_KEY}"] == tag].iloc[0]
         run = client.get_run(row["run_id"])
         m = json.loads((results / tag / "metrics.json").read_text())
         assert (run.info.start_time, run.info.end_time) == (int(m["start_unix_s"] * 1000), int(m["end_unix_s"] * 1000))
-        assert {a.path.split("/")[-1] for a in client.list_artifacts(run.info.run_id, "model")} == model_files
+        # runs:/<id>/model is the cell's pyfunc model (tests/test_mlflow_models.py loads real ones)
+        assert "MLmodel" in {a.path.split("/")[-1] for a in client.list_artifacts(run.info.run_id, "model")}
+        assert {a.path.split("/")[-1] for a in client.list_artifacts(run.info.run_id, "model/artifacts")} == model_files
         inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
         assert set(inputs) == {"train", "valid", "test", "vocab"}
         with (results / f"results/{CORPUS}/corpus/train.txt").open("rb") as fh:
@@ -174,19 +179,8 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
     log = open(tmp_path / "server.log", "w")
     # Its own session, so stopping it by its process id also stops the workers it spawns.
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    pid = server.pid
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
-            time.sleep(0.5)
+        _wait_healthy(server, port, tmp_path / "server.log")
         uri = f"http://127.0.0.1:{port}"
         first = sync(uri, CORPUS, STUDIES, results)
         second = sync(uri, CORPUS, STUDIES, results)
@@ -196,16 +190,39 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
         client = MlflowClient(tracking_uri=uri)
         study = runs[runs[f"tags.{TAG_KEY}"] == "study:more"].iloc[0]
         assert "tables/table.json" in {a.path for a in client.list_artifacts(study["run_id"], "tables")}
+        exp = client.get_experiment_by_name(CORPUS)
+        assert exp.artifact_location.startswith("mlflow-artifacts:")  # the server's, not a path of this machine
+        models = client.search_logged_models([exp.experiment_id])
+        assert len(models) == len(all_runs(STUDIES)) and all(m.name == "model" for m in models)
         _check_live_training_logs(uri, tmp_path)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(pid, signal.SIGKILL)
-            server.wait()
+        _stop(server)
         log.close()
+
+
+def _wait_healthy(server: subprocess.Popen, port: int, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
+        time.sleep(0.5)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stops a server started in its own session, with the workers it spawned (by its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def _check_live_training_logs(uri: str, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..errors import LmgridError, read_json
 from ..runkey import RunKey, all_runs, expand_study
+from . import artifact_store
 from .collect import read_benchmark, read_gates, read_log
 from .layout import STUDIES_DIR, check_mlflow
 
@@ -30,6 +31,8 @@ TAG_KEY = "lmgrid.run_key"
 TAG_HASH = "lmgrid.content_sha256"
 TAG_KIND = "lmgrid.kind"
 TAG_STUDIES = "lmgrid.studies"
+TAG_MODEL = "lmgrid.model"
+MODEL_FORMAT = "pyfunc-1"  # in every cell's content hash: a change here re-logs every cell once
 FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")
 NUMERIC_PARAMS = ("order",)
 TAG_KEYS = ("stopped_because", "device", "torch_version", "lightning_version")
@@ -44,6 +47,7 @@ def client_for(uri: str):
     check_mlflow({"tracking_uri": uri}, source="--tracking-uri")
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    artifact_store.install()
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
@@ -53,11 +57,8 @@ def experiment_id(client, name: str, uri: str) -> str:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
         return exp.experiment_id
-    location = None
-    if uri.startswith("sqlite:///"):
-        # Beside the database, not the ./mlruns default of the current directory.
-        location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts" / name).as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    # mlflow-artifacts:/<name> (mlartifacts/ beside a sqlite database, wherever it moves) or the server's default.
+    return client.create_experiment(name, artifact_location=artifact_store.experiment_location(uri, name))
 
 
 def _drop_empty_default(client) -> None:
@@ -155,11 +156,14 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
     return {"params": params, "tags": tags, "final": final, "history": history}
 
 
-def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int) -> None:
-    """One log_batch call: MLflow splits it into requests within its per-batch limits itself."""
+def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int,
+             model_id: str | None = None) -> None:
+    """One log_batch call: MLflow splits it into requests within its per-batch limits itself.  With `model_id`, the
+    final metrics are also the logged model's."""
     from mlflow.entities import Metric, Param, RunTag
 
-    metrics = [Metric(k, v, when_ms, 0) for k, v in final.items()] + [Metric(k, v, when_ms, s) for k, v, s in history]
+    metrics = [Metric(k, v, when_ms, 0, model_id=model_id) for k, v in final.items()]
+    metrics += [Metric(k, v, when_ms, s) for k, v, s in history]
     client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])
 
@@ -269,6 +273,7 @@ class Syncer:
                                      tags={TAG_KEY: tag, **self.env, **tags})
         if old is not None:
             self.client.set_tag(run.info.run_id, "lmgrid.replaces", old.info.run_id)
+            self._delete_models_of(old.info.run_id)
             self.client.delete_run(old.info.run_id)
             self.counts["replaced"] += 1
         else:
@@ -281,16 +286,24 @@ class Syncer:
         self.client.set_tag(run_id, TAG_HASH, digest)
         self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
 
-    def _log_model(self, key: RunKey, run_id: str, run_dir: Path, stage: Path) -> None:
-        """The model under artifacts model/: model.arpa (n-gram), or model.ckpt with the vocabulary (neural; what
-        `lmgrid score/generate` load).  With mlflow.register_models, also a registered model version."""
-        files = [run_dir / "model.arpa"] if key.is_ngram else [run_dir / "model.ckpt"]
-        if not key.is_ngram and self.data is not None and "vocab" in self.data.files:
-            files.append(self.data.files["vocab"])
-        (stage / "model").mkdir()
-        for f in files:
-            if f.is_file():
-                shutil.copyfile(f, stage / "model" / f.name)
+    def _log_model(self, key: RunKey, tag: str, run_id: str, run_dir: Path, params: dict) -> str | None:
+        """The cell's model as an MLflow pyfunc model named `model` (pyfunc_model: its model.ckpt or model.arpa and
+        the vocabulary as artifacts; a LoggedModel in the Models view), its id; None, with the reason in the tag
+        lmgrid.model, when there is none to log.  With mlflow.register_models, also a registered model version."""
+        import mlflow
+
+        from . import pyfunc_model
+
+        model_file = run_dir / ("model.arpa" if key.is_ngram else "model.ckpt")
+        reason = pyfunc_model.unloadable_reason(model_file)
+        if reason is not None:
+            self.client.set_tag(run_id, TAG_MODEL, reason)
+            return None
+        files = self.data.files if self.data is not None else {}
+        with mlflow.start_run(run_id=run_id, log_system_metrics=False):
+            info = pyfunc_model.log_cell_model(model_file, files.get("vocab"), files.get("test"), params,
+                                               {TAG_KEY: tag})
+        self.client.set_tag(run_id, TAG_MODEL, info.model_uri)
         if self.register_models:
             name = registered_name(self.experiment, key)
             from mlflow.exceptions import MlflowException
@@ -299,7 +312,13 @@ class Syncer:
                 self.client.create_registered_model(name)
             except MlflowException:
                 pass  # registered by an earlier sync: add a version
-            self.client.create_model_version(name, source=f"runs:/{run_id}/model", run_id=run_id)
+            self.client.create_model_version(name, source=info.model_uri, run_id=run_id, model_id=info.model_id)
+        return info.model_id
+
+    def _delete_models_of(self, run_id: str) -> None:
+        """The logged models of a replaced run leave the Models view with it."""
+        for m in self.client.search_logged_models([self.experiment_id], filter_string=f"source_run_id = '{run_id}'"):
+            self.client.delete_logged_model(m.model_id)
 
     def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str], bench: Path | None = None) -> str:
         """`tag` is the run folder relative to the repository (results/<corpus>/runs/...); `bench` the job's
@@ -307,7 +326,7 @@ class Syncer:
         files = [run_dir / f for f in ("metrics.json", "log.csv", "gates.csv")]
         if not files[0].is_file():
             raise LmgridError(f"{files[0]}: file not found (run the training first)")
-        digest = _sha(files, extra=self.data.fingerprint() if self.data else "")
+        digest = _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else ""))
         tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
         start_ms, end_ms = run_times_ms(run_dir, read_json(files[0]))
         run, fresh = self._start(tag, digest, key.name, tags, start_ms)
@@ -317,7 +336,9 @@ class Syncer:
         payload = cell_payload(key, run_dir)
         params = {**payload["params"], **(self.data.params if self.data else {})}
         final = {**payload["final"], **(benchmark_metrics(bench) if bench else {})}
-        _log_all(self.client, rid, params, payload["tags"], final, payload["history"], end_ms)
+        # The model first: its final metrics (test_ppl, ...) are then logged once, linked to it for the Models view.
+        model_id = self._log_model(key, tag, rid, run_dir, payload["params"])
+        _log_all(self.client, rid, params, payload["tags"], final, payload["history"], end_ms, model_id)
         if self.data is not None:
             self.data.log_inputs(self.client, rid)
         with tempfile.TemporaryDirectory() as tmp:  # staged, then one upload (one request over http)
@@ -329,7 +350,6 @@ class Syncer:
 
                 run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
             self._packages_file(Path(tmp) / "environment")
-            self._log_model(key, rid, run_dir, Path(tmp))
             self.client.log_artifacts(rid, tmp)
         self._finish(rid, digest, end_ms)
         return rid

@@ -1,0 +1,55 @@
+"""Where MLflow artifacts go, so that moving results/ (or syncing to a remote server) breaks no artifact URI.
+
+MLflow stores each experiment's artifact location in the tracking store as an absolute URI: a relative path
+given to `create_experiment` is resolved against the current directory at creation (MLflow PR #7670), so a
+sqlite store with file:// locations breaks when its folder moves.  The one location-independent form MLflow
+has is the server-managed `mlflow-artifacts:/<path>`: a tracking server maps it under its
+`--artifacts-destination`.  lmgrid therefore creates experiments as
+
+* `mlflow-artifacts:/<experiment>` with a sqlite store.  A server (`mlflow ui --backend-store-uri
+  sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`) serves them as is; without a server,
+  `install()` (done by the sync and by `lmgrid.aggregate.pyfunc_model`'s users through `client_for`) maps them to
+  `mlartifacts/<path>` beside the database file, wherever that file now is;
+* the server's default with an http(s) tracking URI (the server decides, normally `mlflow-artifacts:/`).
+
+Experiments created before this keep their stored (absolute) location.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+SCHEME = "mlflow-artifacts"
+LOCAL_ROOT = "mlartifacts"  # beside the sqlite database
+SQLITE = "sqlite:///"
+
+
+def experiment_location(tracking_uri: str, experiment: str) -> str | None:
+    """The artifact location to create an experiment with (None: the tracking server's default)."""
+    return f"{SCHEME}:/{experiment}" if tracking_uri.startswith(SQLITE) else None
+
+
+def local_root(tracking_uri: str) -> Path:
+    """The folder `mlflow-artifacts:/` stands for with a sqlite store: mlartifacts/ beside the database."""
+    return Path(tracking_uri[len(SQLITE):]).resolve().parent / LOCAL_ROOT
+
+
+def repository(artifact_uri: str, tracking_uri: str | None = None, registry_uri: str | None = None):
+    """MLflow artifact-repository factory for `mlflow-artifacts:` URIs: local files under a sqlite store's
+    mlartifacts/, else MLflow's own (proxied through the tracking server)."""
+    import mlflow
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+    from mlflow.store.artifact.mlflow_artifacts_repo import MlflowArtifactsRepository
+
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    if uri.startswith(SQLITE) and not urlparse(artifact_uri).netloc:
+        path = (local_root(uri) / urlparse(artifact_uri).path.lstrip("/")).as_uri()
+        return LocalArtifactRepository(path, tracking_uri=uri, registry_uri=registry_uri)
+    return MlflowArtifactsRepository(artifact_uri, tracking_uri=tracking_uri, registry_uri=registry_uri)
+
+
+def install() -> None:
+    """Make `mlflow-artifacts:` URIs resolve with a sqlite tracking URI too (idempotent)."""
+    from mlflow.store.artifact.artifact_repository_registry import _artifact_repository_registry
+
+    _artifact_repository_registry.register(SCHEME, repository)

@@ -1,0 +1,176 @@
+"""MLflow models of trained cells (a tiny LSTM and a KN trigram): loadable pyfunc models that score like the cell,
+in the Models view, registered, and still loadable after results/ moves."""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from lmgrid import cli
+from lmgrid.aggregate.pyfunc_model import perplexity_of
+from lmgrid.aggregate.tracking import TAG_MODEL, CorpusData, Syncer, registered_name
+from lmgrid.corpus import load_split
+from lmgrid.neural import train as train_mod
+from lmgrid.runkey import normalise
+
+from test_neural_support import TINY, tiny_corpus
+
+CORPUS = "c"
+LSTM = normalise("lstm", "torch", 3, 1, "window", 1)
+KN = normalise("kn", "ngram", 3, 1, "window", 0)
+NO_ARPA = normalise("kn", "ngram", 2, 1, "window", 0)  # trained with write_arpa false
+
+
+def _ngram(root, c, key, write_arpa="auto") -> None:
+    run = root / key.run_dir(CORPUS)
+    assert cli.main(["ngram", "--counts", str(root / "counts.npz"), "--vocab", c["vocab_path"], "--valid",
+                     c["paths"]["valid"], "--test", c["paths"]["test"], "--arch", key.arch, "--order",
+                     str(key.n_step), "--arpa", str(run / "model.arpa"), "--metrics", str(run / "metrics.json"),
+                     "--write-arpa", write_arpa]) == 0
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A clone's results/ with three trained cells, synced to results/mlflow.db."""
+    root = tmp_path_factory.mktemp("models") / "clone"
+    c = tiny_corpus(root, corpus=CORPUS)
+    train_mod.run(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, paths=c["paths"],
+                  vocab_path=c["vocab_path"], run_dir=str(root / LSTM.run_dir(CORPUS)),
+                  ckpt_dir=str(root / "ckpt"), hp=TINY, threads=1)
+    assert cli.main(["ngram-counts", "--train", c["paths"]["train"], "--vocab", c["vocab_path"], "--max-order", "3",
+                     "--out", str(root / "counts.npz")]) == 0
+    _ngram(root, c, KN)
+    _ngram(root, c, NO_ARPA, write_arpa="false")
+    uri = f"sqlite:///{root}/results/mlflow.db"
+    syncer = Syncer(uri, CORPUS, CorpusData(root, CORPUS), register_models=True)
+    ids = {k: syncer.sync_cell(k, k.run_dir(CORPUS), root / k.run_dir(CORPUS), ["s"]) for k in (LSTM, KN, NO_ARPA)}
+    return root, ids
+
+
+@contextlib.contextmanager
+def fluent_uri(uri: str):
+    old = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(old)
+
+
+def _test_ppl_through_mlflow(root, model_uri: str) -> float:
+    test = load_split(root / f"results/{CORPUS}/corpus/test.txt")
+    with fluent_uri(f"sqlite:///{root}/results/mlflow.db"):
+        model = mlflow.pyfunc.load_model(model_uri)
+    pred = model.predict(pd.DataFrame({"sentence": [" ".join(s) for s in test]}))
+    assert list(pred.columns) == ["log_prob_nats", "tokens"] and len(pred) == len(test)
+    as_list = model.predict([" ".join(s) for s in test[:3]])  # a list of strings works too
+    assert as_list.equals(pred.iloc[:3].reset_index(drop=True))
+    return perplexity_of(pred)
+
+
+@pytest.mark.parametrize("key", [LSTM, KN], ids=["lstm", "kn"])
+def test_loaded_model_scores_the_test_split_like_the_cell(clone, key):
+    """mlflow.pyfunc.load_model(runs:/<id>/model).predict on the test split gives the cell's test PPL.
+    kills: predict dropping </s>'s log-prob (or counting <s>, which its own target check also stops), log10."""
+    root, ids = clone
+    metrics = json.loads((root / key.run_dir(CORPUS) / "metrics.json").read_text())
+    ppl = _test_ppl_through_mlflow(root, f"runs:/{ids[key]}/model")
+    assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
+
+
+def test_models_view_signature_and_registration(clone):
+    """A LoggedModel per loadable cell (with its test_ppl, signature and input example), one registered version
+    each; an n-gram cell without its ARPA file logs no model and says so."""
+    root, ids = clone
+    uri = f"sqlite:///{root}/results/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(CORPUS)
+    assert exp.artifact_location == f"mlflow-artifacts:/{CORPUS}"  # no absolute path into the clone
+    with fluent_uri(uri):
+        models = mlflow.search_logged_models(experiment_ids=[exp.experiment_id], output_format="list")
+    by_run = {m.source_run_id: m for m in models}
+    assert set(by_run) == {ids[LSTM], ids[KN]} and {m.name for m in models} == {"model"}
+    for key in (LSTM, KN):
+        m = by_run[ids[key]]
+        metrics = json.loads((root / key.run_dir(CORPUS) / "metrics.json").read_text())
+        assert {x.key: x.value for x in m.metrics}["test_ppl"] == pytest.approx(metrics["test"]["ppl"])
+        assert m.artifact_location.startswith(f"mlflow-artifacts:/{CORPUS}/models/")
+        files = {a.path for a in client.list_logged_model_artifacts(m.model_id)}
+        assert {"MLmodel", "python_model.pkl", "input_example.json", "artifacts"} <= files
+        info = mlflow.models.get_model_info(f"{root}/results/mlartifacts/{CORPUS}/models/{m.model_id}/artifacts")
+        assert info.signature.inputs.input_types() == [mlflow.types.DataType.string]
+        assert info.saved_input_example_info["type"] == "dataframe"
+        assert info.signature.outputs.input_names() == ["log_prob_nats", "tokens"]
+        assert client.get_run(ids[key]).data.tags[TAG_MODEL] == f"models:/{m.model_id}"
+        versions = client.search_model_versions(f"name = '{registered_name(CORPUS, key)}'")
+        assert [(v.run_id, v.source) for v in versions] == [(ids[key], f"models:/{m.model_id}")]
+    assert client.get_run(ids[NO_ARPA]).data.tags[TAG_MODEL].startswith("no model: model.arpa is a note")
+    assert not client.search_model_versions(f"name = '{registered_name(CORPUS, NO_ARPA)}'")
+
+
+def test_models_load_after_results_moves(clone, tmp_path):
+    """Artifact URIs are mlflow-artifacts:/..., resolved beside the database wherever it is: a moved results/
+    still loads and scores.  kills: experiments created at an absolute file:// location."""
+    root, ids = clone
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(root / "results", moved / "results")
+    shutil.rmtree(root / "results" / "mlartifacts")  # nothing may still read the old place
+    try:
+        metrics = json.loads((moved / KN.run_dir(CORPUS) / "metrics.json").read_text())
+        assert _test_ppl_through_mlflow(moved, f"runs:/{ids[KN]}/model") == pytest.approx(metrics["test"]["ppl"],
+                                                                                        rel=1e-6)
+        client = MlflowClient(tracking_uri=f"sqlite:///{moved}/results/mlflow.db")
+        model_id = client.get_run(ids[LSTM]).data.tags[TAG_MODEL].split("/")[-1]
+        metrics = json.loads((moved / LSTM.run_dir(CORPUS) / "metrics.json").read_text())
+        assert _test_ppl_through_mlflow(moved, f"models:/{registered_name(CORPUS, LSTM)}/1") == pytest.approx(
+            metrics["test"]["ppl"], rel=1e-6)
+        assert _test_ppl_through_mlflow(moved, f"models:/{model_id}") == pytest.approx(metrics["test"]["ppl"],
+                                                                                       rel=1e-6)
+    finally:
+        shutil.copytree(moved / "results" / "mlartifacts", root / "results" / "mlartifacts")
+
+
+def test_second_sync_logs_nothing_new(clone):
+    root, ids = clone
+    uri = f"sqlite:///{root}/results/mlflow.db"
+    syncer = Syncer(uri, CORPUS, CorpusData(root, CORPUS), register_models=True)
+    again = {k: syncer.sync_cell(k, k.run_dir(CORPUS), root / k.run_dir(CORPUS), ["s"]) for k in ids}
+    assert again == ids and syncer.counts == {"created": 0, "replaced": 0, "unchanged": 3}
+    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(CORPUS).experiment_id
+    with fluent_uri(uri):
+        assert len(mlflow.search_logged_models(experiment_ids=[exp], output_format="list")) == 2
+
+
+@pytest.mark.slow
+def test_models_load_through_the_ui_command_of_the_readme(clone, tmp_path):
+    """`mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`,
+    started in a copy of the clone, serves the models: a client over http loads one and gets the cell's test PPL."""
+    import subprocess
+    import sys
+
+    from test_mlflow import _free_port, _stop, _wait_healthy
+
+    root, ids = clone
+    moved = tmp_path / "copy"
+    shutil.copytree(root / "results", moved / "results")
+    port = _free_port()
+    cmd = [str(Path(sys.executable).with_name("mlflow")), "ui", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", "sqlite:///results/mlflow.db", "--artifacts-destination", "results/mlartifacts"]
+    with open(tmp_path / "ui.log", "w") as log:
+        server = subprocess.Popen(cmd, cwd=moved, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_healthy(server, port, tmp_path / "ui.log")
+            metrics = json.loads((moved / KN.run_dir(CORPUS) / "metrics.json").read_text())
+            test = load_split(moved / f"results/{CORPUS}/corpus/test.txt")
+            with fluent_uri(f"http://127.0.0.1:{port}"):
+                model = mlflow.pyfunc.load_model(f"runs:/{ids[KN]}/model")
+            ppl = perplexity_of(model.predict([" ".join(s) for s in test]))
+            assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
+        finally:
+            _stop(server)
