@@ -94,7 +94,10 @@ def test_progress_callback_writes_what_status_reads(tmp_path):
     state = json.loads(path.read_text())
     assert (state["epoch"], state["max_epochs"], state["batch"], state["batches"]) == (2, 5, 10, 40)
     assert state["pid"] == os.getpid() and state["valid_ppl"] is None
-    cb.on_validation_end(trainer, SimpleNamespace(train_loss=3.0, valid_loss=3.0))
+    from lmgrid.neural.schedule import PlateauSchedule
+
+    cb.on_validation_end(trainer, SimpleNamespace(train_loss=3.0, valid_loss=3.0,
+                                                  schedule=PlateauSchedule(epochs=2, lr_history=[0.01, 0.01])))
     assert json.loads(path.read_text())["valid_ppl"] == pytest.approx(20.0855, rel=1e-4)
 
 
