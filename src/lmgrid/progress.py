@@ -77,7 +77,7 @@ def _running_detail(progress: dict) -> tuple[str, float, float]:
             f"({100 * batch / batches:.0f}%), no valid PPL yet")
     if math.isfinite(epoch_s):
         text += f", epoch ends in ~{fmt_s(epoch_left)}, at most ~{fmt_s(epoch_left + left_epochs * epoch_s)} " \
-                "to the epoch cap (early stopping usually ends it sooner)"
+                "to the epoch cap (the schedule usually ends it sooner)"
         return text, epoch_left + left_epochs * epoch_s, epoch_left
     return text, math.nan, 0.0
 
