@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..errors import atomic_write
 from . import effects, names
-from .tables import fit_latex, html_page, latex_escape
+from .tables import fit_latex, html_page, latex_escape, plain_width
 
 PCT = int(effects.CONFIDENCE * 100)
 TREND_METHOD = ("Kendall's tau-b between n_step and each run's gate mean over all runs (a rank trend test for "
@@ -28,11 +28,19 @@ def _ci(lo: float, hi: float, fmt: str = "+.3f") -> str:
     return "–" if math.isnan(lo) else f"[{lo:{fmt}}, {hi:{fmt}}]"
 
 
+TEXT_COLUMNS = {"Model", "Gate", "Direction", "Step"}  # left-aligned; numbers right-aligned
+HEADS = {"model": "Model", "layer": "Layer", "gate": "Gate", "seeds": "Seeds", "direction": "Direction",
+         "step": "Step", "mean": "Mean"}
+
+
 def _latex(show: pd.DataFrame, caption: str, label: str) -> str:
+    show = show.rename(columns=HEADS)
     tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
            .to_latex(hrules=True, caption=latex_escape(caption).replace("%", r"\%"), label=label, position="t",
-                     position_float="centering", column_format="l" + "r" * (len(show.columns) - 1)))
-    tex = fit_latex(tex, len(show.columns) - 1)
+                     position_float="centering",
+                     column_format="".join("l" if c in TEXT_COLUMNS else "r" for c in show.columns)))
+    tex = fit_latex(tex, plain_width(show))
+    tex = re.sub(r"(?<![\w.])-(?=\d)", "$-$", tex)  # a minus sign, not a hyphen
     return tex.replace("→", r"$\to$").replace("τ", r"$\tau$").replace("Δ", r"$\Delta$") + "\n"
 
 
@@ -45,6 +53,7 @@ def _write_four(df_csv: pd.DataFrame, show: pd.DataFrame, title: str, note: str,
     df_csv.insert(1, "model_name", df_csv["model"].map(names.display))
     with atomic_write(csv_path) as fh:
         df_csv.to_csv(fh, index=False, float_format="%.6g")
+    show = show.rename(columns=HEADS)
     body = show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)"
     with atomic_write(md_path) as fh:
         fh.write(f"## {title}\n\n{note}\n\n{body}\n")

@@ -9,6 +9,7 @@ spread (BOLD_RULE); otherwise nothing in that column is bold.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -64,10 +65,11 @@ def _column_label(axis: str | None, value) -> str:
 
 
 ORACLE = "Oracle"
-BOLD_RULE = ("bold: a column's lowest mean, only when its mean + std lies below every other model's mean − std "
-             "(the spreads do not overlap) and every model in the column has at least 2 seeds; otherwise nothing "
-             "in that column is bold")
-MAX_SINGLE_COLUMN = 4  # value columns a LaTeX table may have and still fit one column of a two-column page
+BOLD_RULE = ("bold: a column's lowest mean, only if its mean + std is below every other model's mean − std "
+             "and all have ≥ 2 seeds")
+# One column of a two-column `article` page is 229 pt wide; at \small a digit is 4.5 pt (_text_pt) and each
+# column adds 2 x \tabcolsep = 8 pt (checked by compiling the tables: the estimate is within a few pt).
+COLUMN_PT, GAP_PT = 229.0, 8.0
 
 
 def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None = None) -> PivotTable:
@@ -90,7 +92,7 @@ def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None =
         means.loc[ORACLE], stds.loc[ORACLE], seeds.loc[ORACLE] = oracle_ppl, math.nan, "–"
         counts.loc[ORACLE] = math.nan
     for frame in (means, stds, counts):
-        frame.index.name = "model"
+        frame.index.name = "Model"
     return PivotTable(means, stds, seeds, counts, ngram_rows)
 
 
@@ -127,7 +129,7 @@ class PivotTable:
         means = self.means.map("{:.2f}".format)
         cells = means.where(self.stds.isna(), means + pm + self.stds.map("{:.2f}".format))
         cells = cells.where(self.means.notna(), "–").mask(self.best(), cells.map(bold.format))
-        cells.insert(0, "seeds", self.seeds)
+        cells.insert(0, "Seeds", self.seeds)
         return cells.reset_index()
 
 
@@ -148,12 +150,15 @@ def to_markdown(table: PivotTable) -> str:
     return text.to_markdown(index=False, disable_numparse=True, colalign=["left"] + ["right"] * (text.shape[1] - 1))
 
 
-def _styler(table: PivotTable, pm: str, props: str):
+def _styler(table: PivotTable, pm: str, props: str, drop_seeds: bool = False):
     """A pandas Styler of the text cells with `props` on each column's best cell (PivotTable.best)."""
     text = table.text(pm)
     best = table.best().reset_index(drop=True)
-    best.insert(0, "seeds", False)
-    best.insert(0, "model", False)
+    if drop_seeds:
+        text = text.drop(columns="Seeds")
+    else:
+        best.insert(0, "Seeds", False)
+    best.insert(0, "Model", False)
     return text.style.apply(lambda _: best.replace({True: props, False: ""}).to_numpy(), axis=None).hide(axis="index")
 
 
@@ -175,9 +180,23 @@ def html_page(title: str, body: list[str]) -> str:
             f"<body><h2>{escape(title)}</h2>{''.join(body)}</body></html>\n")
 
 
-def fit_latex(tex: str, columns: int, first_rule_after: int = 0) -> str:
-    """Set a Styler/booktabs table for a two-column page: \\small with narrower column gaps, in `table` when it
-    has at most MAX_SINGLE_COLUMN value columns, else deliberately in `table*` (the full text width, said in a
+def _text_pt(text: str) -> float:
+    """Estimated width in pt of plain text at \\small (Computer Modern, 9 pt): by character class."""
+    text = re.sub(r"-(?=\d)", "−", text)  # printed as a minus sign
+    wide = {"±": 7.0, "−": 7.0, "+": 7.0, "→": 9.0, "Δ": 7.5, "τ": 4.5, " ": 3.0, ".": 2.5, ",": 2.5, ";": 2.5,
+            ":": 2.5, "-": 3.0, "[": 2.5, "]": 2.5, "(": 3.5, ")": 3.5, "–": 4.5}
+    return sum(wide.get(c, 6.5 if c.isupper() else 4.5) for c in text)
+
+
+def plain_width(text: pd.DataFrame) -> float:
+    """The estimated printed width in pt at \\small of a table of plain strings (headers included): each column's
+    widest entry plus the gaps between columns; compared with COLUMN_PT."""
+    return sum(max(_text_pt(str(v)) for v in [c, *text[c]]) + GAP_PT for c in text.columns)
+
+
+def fit_latex(tex: str, width: int, first_rule_after: int = 0) -> str:
+    """Set a Styler/booktabs table for a two-column page: \\small with narrower column gaps, in `table` when its
+    estimated width (plain_width) fits COLUMN_PT, else deliberately in `table*` across both columns (said in a
     comment).  With first_rule_after > 0, a \\midrule after that many body rows (n-gram models above neural)."""
     lines = tex.rstrip("\n").split("\n")
     if first_rule_after:
@@ -187,24 +206,33 @@ def fit_latex(tex: str, columns: int, first_rule_after: int = 0) -> str:
     at = lines.index("\\centering") + 1
     lines[at:at] = ["\\small", "\\setlength{\\tabcolsep}{4pt}"]
     tex = "\n".join(lines)
-    if columns > MAX_SINGLE_COLUMN:
-        tex = ("% table*: more than {} value columns do not fit one column of a two-column page; set across both on "
-               "purpose\n".format(MAX_SINGLE_COLUMN)
+    if width > COLUMN_PT:
+        tex = (f"% table*: about {width:.0f} pt wide at \\small, more than one column of a two-column page "
+               f"({COLUMN_PT:.0f} pt); set across both columns on purpose\n"
                + tex.replace("\\begin{table}", "\\begin{table*}").replace("\\end{table}", "\\end{table*}"))
     return tex
 
 
 def to_latex(table: PivotTable, caption: str, label: str) -> str:
     """A booktabs table; `caption` is LaTeX source (escape it yourself).  Model names and column headers are
-    escaped; the cells are numbers with $\\pm$, bold (\\textbf) where PivotTable.best says."""
-    styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;").format_index(escape="latex", axis=1)
-    styler = styler.format(escape="latex", subset=["model", "seeds"])
+    escaped; the cells are numbers with $\\pm$, bold (\\textbf) where PivotTable.best says.  When the table is too
+    wide for one column and every model has the same number of seeds, that number moves from its column to the
+    caption."""
+    plain = table.text(" ± ")
+    seeds = set(table.seeds.drop(index=ORACLE, errors="ignore"))
+    drop_seeds = plain_width(plain) > COLUMN_PT and len(seeds) == 1
+    if drop_seeds:
+        plain = plain.drop(columns="Seeds")
+        n = seeds.pop()
+        caption += f" Every model has {n} seed{'s' if n != 1 else ''}."
+    styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;", drop_seeds).format_index(escape="latex", axis=1)
+    styler = styler.format(escape="latex", subset=[c for c in ("Model", "Seeds") if c in plain.columns])
     tex = styler.to_latex(hrules=True, caption=caption, label=label, position="t", position_float="centering",
-                          column_format="l" + "r" * (len(table.means.columns) + 1))
+                          column_format="l" + "r" * (len(plain.columns) - 1))
     # Rules between the n-gram and the neural models and before the oracle line, as in the published tables.
     neural_rows = len(table.means.index) - table.ngram_rows - (ORACLE in table.means.index)
     tex = tex.replace(f"\n{ORACLE} &", f"\n\\midrule\n{ORACLE} &")
-    return fit_latex(tex, len(table.means.columns) + 1, table.ngram_rows if neural_rows else 0)
+    return fit_latex(tex, plain_width(plain), table.ngram_rows if neural_rows else 0)
 
 
 def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl: float | None,
