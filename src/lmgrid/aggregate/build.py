@@ -29,17 +29,16 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
     tables.write_tables(name, study.get("description", ""), summary, oracle,
                         *(f"{stem('table')}.{e}" for e in TABLE_EXTS))
     written += [f"{stem('table')}.{e}" for e in TABLE_EXTS]
-    for s in plan:
-        title = f"Study {name}"
+    for s in plan:  # figures carry no title: the caption (workflow/report/<kind>.rst) says what they show
         if s == "ppl_vs_nstep":
-            written += plots.ppl_vs_nstep(summary, oracle_test, stem(s), f"{title}: perplexity against context")
+            written += plots.ppl_vs_nstep(summary, oracle_test, stem(s))
         elif s == "ppl_vs_layers":
-            written += plots.ppl_vs_layers(summary, oracle_test, stem(s), f"{title}: perplexity against depth")
+            written += plots.ppl_vs_layers(summary, oracle_test, stem(s))
         elif s == "curves":
-            written += plots.curves(data["logs"], stem(s), f"{title}: training curves")
+            written += plots.curves(data["logs"], stem(s))
         elif s == "gates_vs_nstep":
             _need(data["gates"], "all", name)
-            written += plots.gate_means(data["gates"], stem(s), f"{title}: gate means against n_step")
+            written += plots.gate_means(data["gates"], stem(s))
         elif s == "gates_effect":
             paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means")]
             trends, means = findings.write_gate_tables(name, data["gates"], *paths)
@@ -48,8 +47,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
-            label = arch if impl == "torch" else f"{arch}/{impl}"
-            written += plots.saturation(g, stem(s), f"{title}: {label} per-unit gate saturation")
+            written += plots.saturation(g, stem(s))
     findings.write_findings(name, data["runs"], trends, means, f"{stem('findings')}.md", f"{stem('findings')}.html")
     written += [f"{stem('findings')}.md", f"{stem('findings')}.html"]
     planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}

@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 
 import pandas as pd
 
 from ..errors import atomic_write
-from . import effects
-from .tables import html_page, latex_escape
+from . import effects, names
+from .tables import fit_latex, html_page, latex_escape, plain_width
 
 PCT = int(effects.CONFIDENCE * 100)
 TREND_METHOD = ("Kendall's tau-b between n_step and each run's gate mean over all runs (a rank trend test for "
@@ -27,25 +28,59 @@ def _ci(lo: float, hi: float, fmt: str = "+.3f") -> str:
     return "–" if math.isnan(lo) else f"[{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _write_four(df_csv: pd.DataFrame, show: pd.DataFrame, title: str, note: str, label: str, paths) -> None:
+TEXT_COLUMNS = {"Model", "Gate", "Direction", "Step"}  # left-aligned; numbers right-aligned
+HEADS = {"model": "Model", "layer": "Layer", "gate": "Gate", "seeds": "Seeds", "direction": "Direction",
+         "step": "Step", "mean": "Mean"}
+
+
+def _latex(show: pd.DataFrame, caption: str, label: str) -> str:
+    show = show.rename(columns=HEADS)
+    tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
+           .to_latex(hrules=True, caption=latex_escape(caption).replace("%", r"\%"), label=label, position="t",
+                     position_float="centering",
+                     column_format="".join("l" if c in TEXT_COLUMNS else "r" for c in show.columns)))
+    tex = fit_latex(tex, plain_width(show))
+    tex = re.sub(r"(?<![\w.])-(?=\d)", "$-$", tex)  # a minus sign, not a hyphen
+    return tex.replace("→", r"$\to$").replace("τ", r"$\tau$").replace("Δ", r"$\Delta$") + "\n"
+
+
+def _write_four(df_csv: pd.DataFrame, show: pd.DataFrame, title: str, note: str, label: str, paths,
+                tex_parts: list[tuple[pd.DataFrame, str, str]] | None = None) -> None:
+    """CSV (raw ids, all digits), Markdown and HTML (`show`, one table) and LaTeX: `show` again, or `tex_parts`
+    (table, caption, label) when one table would be too wide for a column."""
     csv_path, md_path, tex_path, html_path = paths
+    df_csv = df_csv.copy()
+    df_csv.insert(1, "model_name", df_csv["model"].map(names.display))
     with atomic_write(csv_path) as fh:
         df_csv.to_csv(fh, index=False, float_format="%.6g")
+    show = show.rename(columns=HEADS)
     body = show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate statistics)"
     with atomic_write(md_path) as fh:
         fh.write(f"## {title}\n\n{note}\n\n{body}\n")
-    tex = (show.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-           .to_latex(hrules=True, caption=latex_escape(f"{title}. {note}").replace("%", r"\%"), label=label,
-                     position="t", position_float="centering", column_format="l" + "r" * (len(show.columns) - 1)))
+    parts = tex_parts or [(show, f"{title}. {note}", label)]
     with atomic_write(tex_path) as fh:
-        fh.write(tex.replace("→", r"$\to$").replace("τ", r"$\tau$"))
+        fh.write("\n".join(_latex(*part) for part in parts))
     with atomic_write(html_path) as fh:
         fh.write(html_page(title, [f"<p>{escape(note)}</p>", show.to_html(index=False, border=0)]))
+
+
+STEP = re.compile(r"(\d+)→(\d+): ([+-]\d+\.\d+)(?: \[([+-]\d+\.\d+), ([+-]\d+\.\d+)\])?")
+
+
+def _step_rows(trends: pd.DataFrame) -> pd.DataFrame:
+    """The step changes of gate_trends (one string per gate) as one row per step, for a table a column wide."""
+    rows = []
+    for _, t in trends.iterrows():
+        for a, b, diff, lo, hi in STEP.findall(t["step_changes"]):
+            rows.append({"model": names.display(t["model"]), "layer": int(t["layer"]) + 1, "gate": t["gate"],
+                         "step": f"{a}→{b}", "Δ mean": diff, f"{PCT}% CI": f"[{lo}, {hi}]" if lo else "–"})
+    return pd.DataFrame(rows, columns=["model", "layer", "gate", "step", "Δ mean", f"{PCT}% CI"])
 
 
 def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths) -> tuple[pd.DataFrame, pd.DataFrame]:
     trends, means = effects.gate_trends(gates), effects.gate_means_by_nstep(gates)
     show = trends.assign(**{
+        "model": trends["model"].map(names.display),
         "layer": trends["layer"] + 1,
         "mean at first → last n_step": [f"{a:.3f} → {b:.3f}" for a, b in zip(trends["gate_mean_first"],
                                                                              trends["gate_mean_last"])],
@@ -53,10 +88,20 @@ def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths) 
         f"step changes, {PCT}% CI": trends["step_changes"],
     })[["model", "layer", "gate", "seeds", "n_steps", "mean at first → last n_step", "τ", "p",
         f"step changes, {PCT}% CI", "direction"]]
-    _write_four(trends, show, f"Gate means against n_step, study {name}",
-                f"Gate values that have an effect only (docs/contracts.md). Trend: {TREND_METHOD}. Layers count "
-                "from 1.", f"tab:{name}-gate-trends", trend_paths)
-    show = means.assign(layer=means["layer"] + 1, mean=means["mean"].map(lambda v: f"{v:.3f}"),
+    title = f"Gate means against n_step, study {name}"
+    note = (f"Gate values that have an effect only (docs/contracts.md). Trend: {TREND_METHOD}. Layers count "
+            "from 1.")
+    # LaTeX: the trend (first → last, tau, p, direction) and the step changes as two tables, each a column wide.
+    trend_tex = show.drop(columns=[f"step changes, {PCT}% CI"]).rename(columns={
+        "mean at first → last n_step": "first → last", "n_steps": "n_step"})
+    tex_parts = [(trend_tex, f"{title}: the trend. {note} first → last: the mean at the first and the last n_step.",
+                  f"tab:{name}-gate-trends"),
+                 (_step_rows(trends), f"{title}: each n_step against the next, the difference of the means (Δ mean) "
+                  f"with its {PCT}% Welch interval over seeds (none with one seed). Layers count from 1.",
+                  f"tab:{name}-gate-steps")]
+    _write_four(trends, show, title, note, f"tab:{name}-gate-trends", trend_paths, tex_parts)
+    show = means.assign(model=means["model"].map(names.display), layer=means["layer"] + 1,
+                        mean=means["mean"].map(lambda v: f"{v:.3f}"),
                         **{f"{PCT}% CI": [_ci(a, b, ".3f") for a, b in zip(means["ci_low"], means["ci_high"])]})[
         ["model", "layer", "gate", "n_step", "seeds", "mean", f"{PCT}% CI", "values_per_run"]]
     _write_four(means, show, f"Gate means per n_step, study {name}",
@@ -71,7 +116,7 @@ def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
     for _, t in trends.iterrows():
         m = means[(means["model"] == t["model"]) & (means["layer"] == t["layer"]) & (means["gate"] == t["gate"])]
         per_step = ", ".join(f"{int(r.n_step)}: {r.mean:.3f} {_ci(r.ci_low, r.ci_high, '.3f')}" for r in m.itertuples())
-        out.append(f"- **{t['model']}, layer {int(t['layer']) + 1}, gate {t['gate']}**: {t['direction']} "
+        out.append(f"- **{names.display(t['model'])}, layer {int(t['layer']) + 1}, gate {t['gate']}**: {t['direction']} "
                    f"(τ = {t['kendall_tau']:+.2f}, p = {t['p_value']:.3f}, {t['runs']} runs over {t['seeds']} seeds). "
                    f"Means per n_step: {per_step}. Steps: {t['step_changes']}.")
     return out
@@ -80,7 +125,8 @@ def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
 def _impl_sentences(diffs: pd.DataFrame) -> list[str]:
     out = []
     for _, d in diffs.iterrows():
-        out.append(f"- **{d['arch']} {d['impl_b']} vs {d['impl_a']}** (n_step {d['n_step']}, {d['layers']} layer(s), "
+        a, b = (names.display(d["arch"] if i == "torch" else f"{d['arch']}/{i}") for i in (d["impl_a"], d["impl_b"]))
+        out.append(f"- **{b} vs {a}** (n_step {d['n_step']}, {d['layers']} layer(s), "
                    f"{d['regime']}): test PPL {d['test_ppl_b']:.2f} vs {d['test_ppl_a']:.2f}, difference "
                    f"{d['diff_b_minus_a']:+.2f} {_ci(d['ci_low'], d['ci_high'], '+.2f')} over {d['seeds']} "
                    f"paired seed(s): {d['verdict']}.")
@@ -95,7 +141,7 @@ def _ppl_sentences(runs: pd.DataFrame) -> list[str]:
     (model, n_step, layers, regime), top = best.index[0], best.iloc[0]
     where = "stream" if regime == "stream" else f"n_step {n_step}"
     stops = runs[runs["impl"] != "ngram"]
-    out = [f"- Lowest test PPL: **{model}** ({where}, {layers} layer(s)) at {top['mean']:.2f}, mean over "
+    out = [f"- Lowest test PPL: **{names.display(model)}** ({where}, {layers} layer(s)) at {top['mean']:.2f}, mean over "
            f"{int(top['count'])} seed(s) (the table gives every cell)."]
     if len(stops):
         counts = stops["stopped_because"].value_counts()

@@ -1,18 +1,21 @@
-"""Per-study perplexity tables: mean ± std over seeds and the number of seeds, as CSV, Markdown and LaTeX.
+"""Per-study perplexity tables: mean ± std over seeds and the number of seeds, as CSV, Markdown, LaTeX and HTML.
 
-The CSV is long and machine-readable (one row per model configuration).  Markdown and LaTeX are
-pivoted for a paper: rows are models, columns are the axis the study varies (n_step, else layers),
-cells are test PPL mean ± sample std (ddof=1) over seeds; the lowest mean of each column is bold.
+The CSV is long and machine-readable (one row per model configuration; raw model ids plus their display names).
+Markdown, LaTeX and HTML are pivoted for a paper: rows are models by display name (aggregate.names), n-gram
+models above neural ones, columns are the axis the study varies (n_step, else layers), cells are PPL mean ± sample
+std (ddof=1) over seeds (no ± with one seed).  A column's lowest mean is bold only when it is better beyond the
+spread (BOLD_RULE); otherwise nothing in that column is bold.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..errors import atomic_write
-from ..runkey import ARCHS, IMPLS
+from . import names
 
 GROUP = ["model", "arch", "impl", "n_step", "layers", "regime"]
 AXIS_NAMES = {"n_step": "n_step", "layers": "layers"}
@@ -28,12 +31,9 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
         seeds=("test_ppl", "size"), valid_ppl_mean=("valid_ppl", "mean"), valid_ppl_std=("valid_ppl", "std"),
         test_ppl_mean=("test_ppl", "mean"), test_ppl_std=("test_ppl", "std"), params=("params", "first"),
     ).reset_index()
-    arch_order = out["arch"].map({a: i for i, a in enumerate(ARCHS)}).fillna(99)
-    impl_order = [IMPLS.get(a, ("torch",)).index(i) if i in IMPLS.get(a, ()) else 0
-                  for a, i in zip(out["arch"], out["impl"])]
-    out = out.assign(_a=arch_order, _i=impl_order).sort_values(["_a", "_i", "regime", "layers", "n_step"],
-                                                               kind="stable")
-    return out.drop(columns=["_a", "_i"]).reset_index(drop=True)
+    out = out.assign(_m=[names.rank(m)[0] for m in out["model"]]).sort_values(
+        ["_m", "model", "regime", "layers", "n_step"], kind="stable")  # the fixed order: n-gram, then neural
+    return out.drop(columns=["_m"]).reset_index(drop=True)
 
 
 def pivot_axis(summary: pd.DataFrame) -> str | None:
@@ -45,7 +45,7 @@ def pivot_axis(summary: pd.DataFrame) -> str | None:
 
 
 def _row_label(row, varying: list[str]) -> str:
-    parts = [row["model"]]
+    parts = [names.display(row["model"])]
     for col in varying:
         if col == "regime":
             parts.append(row["regime"])
@@ -64,8 +64,16 @@ def _column_label(axis: str | None, value) -> str:
     return f"L={value}"
 
 
+ORACLE = "Oracle"
+BOLD_RULE = ("bold: a column's lowest mean, only if its mean + std is below every other model's mean − std "
+             "and all have ≥ 2 seeds")
+# One column of a two-column `article` page is 229 pt wide; at \small a digit is 4.5 pt (_text_pt) and each
+# column adds 2 x \tabcolsep = 8 pt (checked by compiling the tables: the estimate is within a few pt).
+COLUMN_PT, GAP_PT = 229.0, 8.0
+
+
 def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None = None) -> PivotTable:
-    """Rows: models (plus the oracle); columns: the study's axis; cells: mean and std of `split` PPL."""
+    """Rows: models (plus the oracle); columns: the study's axis; cells: mean, std and seed count of `split` PPL."""
     axis = pivot_axis(summary)
     others = [c for c in ("layers", "n_step", "regime") if c != axis and summary[c].nunique() > 1]
     long = summary.assign(label=[_row_label(r, others) for _, r in summary.iterrows()],
@@ -74,15 +82,18 @@ def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None =
     cols = list(dict.fromkeys(long["column"]))
     if axis:
         cols.sort(key=lambda c: (c != "stream", int(c.split("=")[1]) if "=" in c else 0))
-    wide = long.pivot(index="label", columns="column", values=[f"{split}_ppl_mean", f"{split}_ppl_std"])
+    wide = long.pivot(index="label", columns="column", values=[f"{split}_ppl_mean", f"{split}_ppl_std", "seeds"])
     means = wide[f"{split}_ppl_mean"].reindex(index=rows, columns=cols).astype(float)
     stds = wide[f"{split}_ppl_std"].reindex(index=rows, columns=cols).astype(float)
+    counts = wide["seeds"].reindex(index=rows, columns=cols).astype(float)
     seeds = long.groupby("label", sort=False)["seeds"].agg(lambda s: _seed_text(set(s))).reindex(rows)
+    ngram_rows = len(dict.fromkeys(long.loc[[names.is_ngram(m) for m in long["model"]], "label"]))
     if oracle_ppl is not None:
-        means.loc["oracle"], stds.loc["oracle"], seeds.loc["oracle"] = oracle_ppl, math.nan, "–"
-    for frame in (means, stds):
-        frame.index.name = "model"
-    return PivotTable(means, stds, seeds)
+        means.loc[ORACLE], stds.loc[ORACLE], seeds.loc[ORACLE] = oracle_ppl, math.nan, "–"
+        counts.loc[ORACLE] = math.nan
+    for frame in (means, stds, counts):
+        frame.index.name = "Model"
+    return PivotTable(means, stds, seeds, counts, ngram_rows)
 
 
 @dataclass
@@ -90,11 +101,27 @@ class PivotTable:
     means: pd.DataFrame
     stds: pd.DataFrame
     seeds: pd.Series
+    counts: pd.DataFrame  # seeds per cell
+    ngram_rows: int = 0  # the first rows are n-gram models
 
     def best(self) -> pd.DataFrame:
-        """True at the lowest mean of each column, the oracle excluded."""
-        models = self.means.drop(index="oracle", errors="ignore")
-        return self.means.eq(models.min()) & self.means.index.to_series().ne("oracle").to_numpy()[:, None]
+        """True where a column's lowest mean is better beyond the spread (BOLD_RULE), the oracle excluded: at most
+        one True per column, none when any model of the column has fewer than 2 seeds or the spreads overlap."""
+        out = pd.DataFrame(False, index=self.means.index, columns=self.means.columns)
+        models = self.means.index[self.means.index != ORACLE]
+        for col in self.means.columns:
+            m = self.means.loc[models, col].dropna()
+            if len(m) < 2 or (self.counts.loc[m.index, col] < 2).any():
+                continue
+            s = self.stds.loc[m.index, col]
+            top = m.idxmin()
+            others = m.index != top
+            if (m[top] + s[top] < (m - s)[others]).all():
+                out.loc[top, col] = True
+        return out
+
+    def one_seed(self) -> bool:
+        return bool((self.counts.drop(index=ORACLE, errors="ignore").max() <= 1).all())
 
     def text(self, pm: str, bold: str = "{}") -> pd.DataFrame:
         """'mean<pm>std' cells ('mean' for one seed, '–' when missing), best cells as bold.format(text), and the
@@ -102,7 +129,7 @@ class PivotTable:
         means = self.means.map("{:.2f}".format)
         cells = means.where(self.stds.isna(), means + pm + self.stds.map("{:.2f}".format))
         cells = cells.where(self.means.notna(), "–").mask(self.best(), cells.map(bold.format))
-        cells.insert(0, "seeds", self.seeds)
+        cells.insert(0, "Seeds", self.seeds)
         return cells.reset_index()
 
 
@@ -110,17 +137,28 @@ def _seed_text(counts: set) -> str:
     return str(min(counts)) if len(counts) == 1 else f"{min(counts)}–{max(counts)}"
 
 
+def caption(split: str, table: PivotTable, pm: str = "±") -> str:
+    """The table's caption in plain text (LaTeX callers swap `pm` and escape): what the cells are and the bold rule."""
+    if table.one_seed():
+        return f"{split.capitalize()} perplexity, one seed per model (no spread, so nothing is bold)."
+    return (f"{split.capitalize()} perplexity, mean {pm} std over seeds (seeds = how many; no {pm} with one seed); "
+            f"{BOLD_RULE}.")
+
+
 def to_markdown(table: PivotTable) -> str:
     text = table.text(" ± ", "**{}**")
     return text.to_markdown(index=False, disable_numparse=True, colalign=["left"] + ["right"] * (text.shape[1] - 1))
 
 
-def _styler(table: PivotTable, pm: str, props: str):
-    """A pandas Styler of the text cells with `props` on each column's lowest mean."""
+def _styler(table: PivotTable, pm: str, props: str, drop_seeds: bool = False):
+    """A pandas Styler of the text cells with `props` on each column's best cell (PivotTable.best)."""
     text = table.text(pm)
     best = table.best().reset_index(drop=True)
-    best.insert(0, "seeds", False)
-    best.insert(0, "model", False)
+    if drop_seeds:
+        text = text.drop(columns="Seeds")
+    else:
+        best.insert(0, "Seeds", False)
+    best.insert(0, "Model", False)
     return text.style.apply(lambda _: best.replace({True: props, False: ""}).to_numpy(), axis=None).hide(axis="index")
 
 
@@ -142,43 +180,87 @@ def html_page(title: str, body: list[str]) -> str:
             f"<body><h2>{escape(title)}</h2>{''.join(body)}</body></html>\n")
 
 
+def _text_pt(text: str) -> float:
+    """Estimated width in pt of plain text at \\small (Computer Modern, 9 pt): by character class."""
+    text = re.sub(r"-(?=\d)", "−", text)  # printed as a minus sign
+    wide = {"±": 7.0, "−": 7.0, "+": 7.0, "→": 9.0, "Δ": 7.5, "τ": 4.5, " ": 3.0, ".": 2.5, ",": 2.5, ";": 2.5,
+            ":": 2.5, "-": 3.0, "[": 2.5, "]": 2.5, "(": 3.5, ")": 3.5, "–": 4.5}
+    return sum(wide.get(c, 6.5 if c.isupper() else 4.5) for c in text)
+
+
+def plain_width(text: pd.DataFrame) -> float:
+    """The estimated printed width in pt at \\small of a table of plain strings (headers included): each column's
+    widest entry plus the gaps between columns; compared with COLUMN_PT."""
+    return sum(max(_text_pt(str(v)) for v in [c, *text[c]]) + GAP_PT for c in text.columns)
+
+
+def fit_latex(tex: str, width: int, first_rule_after: int = 0) -> str:
+    """Set a Styler/booktabs table for a two-column page: \\small with narrower column gaps, in `table` when its
+    estimated width (plain_width) fits COLUMN_PT, else deliberately in `table*` across both columns (said in a
+    comment).  With first_rule_after > 0, a \\midrule after that many body rows (n-gram models above neural)."""
+    lines = tex.rstrip("\n").split("\n")
+    if first_rule_after:
+        head = lines.index("\\midrule")
+        if head + 1 + first_rule_after < len(lines) and not lines[head + 1 + first_rule_after].startswith("\\"):
+            lines.insert(head + 1 + first_rule_after, "\\midrule")
+    at = lines.index("\\centering") + 1
+    lines[at:at] = ["\\small", "\\setlength{\\tabcolsep}{4pt}"]
+    tex = "\n".join(lines)
+    if width > COLUMN_PT:
+        tex = (f"% table*: about {width:.0f} pt wide at \\small, more than one column of a two-column page "
+               f"({COLUMN_PT:.0f} pt); set across both columns on purpose\n"
+               + tex.replace("\\begin{table}", "\\begin{table*}").replace("\\end{table}", "\\end{table*}"))
+    return tex
+
+
 def to_latex(table: PivotTable, caption: str, label: str) -> str:
     """A booktabs table; `caption` is LaTeX source (escape it yourself).  Model names and column headers are
-    escaped; the cells are numbers with $\\pm$, bold (\\textbf) at each column's lowest mean."""
-    styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;").format_index(escape="latex", axis=1)
-    styler = styler.format(escape="latex", subset=["model", "seeds"])
+    escaped; the cells are numbers with $\\pm$, bold (\\textbf) where PivotTable.best says.  When the table is too
+    wide for one column and every model has the same number of seeds, that number moves from its column to the
+    caption."""
+    plain = table.text(" ± ")
+    seeds = set(table.seeds.drop(index=ORACLE, errors="ignore"))
+    drop_seeds = plain_width(plain) > COLUMN_PT and len(seeds) == 1
+    if drop_seeds:
+        plain = plain.drop(columns="Seeds")
+        n = seeds.pop()
+        caption += f" Every model has {n} seed{'s' if n != 1 else ''}."
+    styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;", drop_seeds).format_index(escape="latex", axis=1)
+    styler = styler.format(escape="latex", subset=[c for c in ("Model", "Seeds") if c in plain.columns])
     tex = styler.to_latex(hrules=True, caption=caption, label=label, position="t", position_float="centering",
-                          column_format="l" + "r" * (len(table.means.columns) + 1))
-    # A rule between the models and the oracle line, as in the published tables.
-    return tex.replace("\noracle &", "\n\\midrule\noracle &").rstrip("\n")
+                          column_format="l" + "r" * (len(plain.columns) - 1))
+    # Rules between the n-gram and the neural models and before the oracle line, as in the published tables.
+    neural_rows = len(table.means.index) - table.ngram_rows - (ORACLE in table.means.index)
+    tex = tex.replace(f"\n{ORACLE} &", f"\n\\midrule\n{ORACLE} &")
+    return fit_latex(tex, plain_width(plain), table.ngram_rows if neural_rows else 0)
 
 
 def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl: float | None,
                  csv_path, md_path, tex_path, html_path) -> None:
+    csv = summary.copy()
+    csv.insert(1, "model_name", csv["model"].map(names.display))  # `model` keeps the raw id
     with atomic_write(csv_path) as fh:
-        summary.to_csv(fh, index=False, float_format="%.4f")
+        csv.to_csv(fh, index=False, float_format="%.4f")
+    pivots = {split: pivot(summary, split, _oracle(oracle_ppl, split)) for split in ("test", "valid")}
     md = [f"## Study `{name}`", ""]
     if description:
         md += [description, ""]
-    for split in ("test", "valid"):
-        md += [f"**{split.capitalize()} perplexity**, mean ± std over seeds (seeds = how many); "
-               "lowest mean per column in bold.", "", to_markdown(pivot(summary, split, _oracle(oracle_ppl, split))), ""]
+    for split, table in pivots.items():
+        head = f"{split.capitalize()} perplexity"
+        md += [caption(split, table).replace(head, f"**{head}**", 1), "", to_markdown(table), ""]
     with atomic_write(md_path) as fh:
         fh.write("\n".join(md))
     tex = [f"% Study {name}: generated by lmgrid aggregate; needs \\usepackage{{booktabs}}"]
-    for split in ("test", "valid"):
-        caption = (f"{split.capitalize()} perplexity of study {latex_escape(name)}: mean $\\pm$ std over seeds; "
-                   "lowest mean per column in bold.")
-        tex += [to_latex(pivot(summary, split, _oracle(oracle_ppl, split)), caption, f"tab:{name}-{split}"), ""]
+    for split, table in pivots.items():
+        text = caption(split, table, "$\\pm$").replace("−", "$-$").replace("≥", "$\\geq$")
+        tex += [to_latex(table, f"Study {latex_escape(name)}: {text}", f"tab:{name}-{split}"), ""]
     with atomic_write(tex_path) as fh:
         fh.write("\n".join(tex))
     from html import escape
 
     body = [f"<p>{escape(description)}</p>"] if description else []
-    for split in ("test", "valid"):
-        body.append(to_html(pivot(summary, split, _oracle(oracle_ppl, split)),
-                            f"{split.capitalize()} perplexity, mean ± std over seeds (seeds = how many); "
-                            "lowest mean per column in bold.", f"{split}_ppl"))
+    for split, table in pivots.items():
+        body.append(to_html(table, escape(caption(split, table)), f"{split}_ppl"))
     with atomic_write(html_path) as fh:
         fh.write(html_page(f"Study {name}", body))
 
