@@ -47,7 +47,7 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
     cfg = yaml.safe_load((repo / "presets" / f"{preset}.yaml").read_text())
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
     r = snakemake(work, repo, "--configfile", str(repo / "presets" / f"{preset}.yaml"),
-                  str(repo / "presets" / f"{SMOKE[preset]}.yaml"))
+                  str(repo / "presets" / f"{SMOKE[preset]}.yaml"), timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     corpus = work / "results" / smoke["corpus"]["name"]
     for name in cfg["studies"]:

@@ -19,10 +19,10 @@ TINY = {
 }
 
 
-def snakemake(workdir: Path, repo: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
            "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
