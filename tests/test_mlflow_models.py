@@ -2,7 +2,6 @@
 in the Models view, registered, and still loadable after results/ moves."""
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ from lmgrid.corpus import load_split
 from lmgrid.neural import train as train_mod
 from lmgrid.runkey import normalise
 
+from test_mlflow import fluent_uri
 from test_neural_support import TINY, tiny_corpus
 
 CORPUS = "c"
@@ -51,16 +51,6 @@ def clone(tmp_path_factory):
     syncer = Syncer(uri, CORPUS, CorpusData(root, CORPUS), register_models=True)
     ids = {k: syncer.sync_cell(k, k.run_dir(CORPUS), root / k.run_dir(CORPUS), ["s"]) for k in (LSTM, KN, NO_ARPA)}
     return root, ids
-
-
-@contextlib.contextmanager
-def fluent_uri(uri: str):
-    old = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(old)
 
 
 def _test_ppl_through_mlflow(root, model_uri: str) -> float:
