@@ -159,8 +159,8 @@ if os.environ.get("LOCAL_RANK") == "1":
 
 @pytest.mark.slow
 def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
-    """A NaN on process 1 only: both processes stop at the next check with the usual one-line error, well before
-    any collective would time out (gloo's default is 30 minutes)."""
+    """A NaN on process 1 only: both processes stop at the check (every step on the CPU) with the usual one-line
+    error, well before any collective would time out (gloo's default is 30 minutes)."""
     if (reason := ddp_available()) is not None:
         pytest.skip(reason)
     corpus = tiny_corpus(tmp_path)
@@ -179,8 +179,8 @@ def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     # Both processes print the line; written at the same instant, the two can share a line of stderr.
-    expected = ("lmgrid: error: training loss became nan at epoch 1, step 3 on process 1 of 2: "
-                "lower the learning rate (lr=0.003)")
+    expected = ("lmgrid: error: training diverged at epoch 1, step 3 on process 1 of 2: batch loss nan nats is "
+                "non-finite; lower the learning rate (lr=0.003)")
     assert done.stderr.count("lmgrid: error:") == done.stderr.count(expected) >= 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert time.time() - t0 < 240
