@@ -65,7 +65,9 @@ _DECODE_ALL = """async () => {
       if (!ok) bad.push(`${path}: image does not decode`);
     } else if (data.startsWith("data:text/html")) {
       const html = await (await fetch(data)).text();
-      if (!new DOMParser().parseFromString(html, "text/html").querySelector("table")) bad.push(`${path}: no table`);
+      // a table (tables, summary) or a list (a study's findings)
+      const page = new DOMParser().parseFromString(html, "text/html");
+      if (!page.querySelector("table, ul")) bad.push(`${path}: no table or list`);
     }
   }
   return [Object.keys(results).length, bad];
