@@ -109,6 +109,7 @@ def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
         s, s2, lo, hi, n = sums.cpu().parts
         mean_u, std_u, lo_u, hi_u, n_u = sums.rows()
         L, H = s.shape
+        by_position = per_pos[name].cpu().rows() if name in per_pos else None
         for layer in range(L):
             n_all = float(n[layer].sum())
             if n_all == 0:
@@ -117,8 +118,8 @@ def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
             sd = max(float(s2[layer].sum()) / n_all - m * m, 0.0) ** 0.5
             rows.append(_row("all", layer, name, -1, m, sd, float(lo[layer].sum()) / n_all,
                              float(hi[layer].sum()) / n_all, int(n_all)))
-            if name in per_pos:
-                mean_p, std_p, lo_p, hi_p, n_p = per_pos[name].cpu().rows()
+            if by_position is not None:
+                mean_p, std_p, lo_p, hi_p, n_p = by_position
                 for t in range(mean_p.shape[1]):
                     if n_p[layer, t] > 0:  # count: the tokens at this position (each gives H unit values)
                         rows.append(_row("position", layer, name, t, mean_p[layer, t], std_p[layer, t],

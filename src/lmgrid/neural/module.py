@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from lmgrid.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
+from lmgrid.ppl import perplexity
 
 from .data import IGNORE
 from .schedule import PlateauSchedule
@@ -26,7 +27,6 @@ from .schedule import PlateauSchedule
 # A training batch whose mean NLL exceeds this many times ln(V), the loss of the uniform model that training starts
 # near, has diverged even if it is still finite (an lr of 1e30 gives ~1e32 nats on some CPUs, inf or NaN on others).
 DIVERGED_LOSS_FACTOR = 3.0
-MAX_EXP_ARG = 709.0  # exp() of a larger NLL per token overflows a float64
 
 
 def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
@@ -200,11 +200,11 @@ class LMModule(pl.LightningModule):
                 train_nll, train_count, val_nll, val_count)
         self._train_totals = (train_nll, int(train_count))
         loss = val_nll / max(val_count, 1)
-        if not math.isfinite(loss) or loss > MAX_EXP_ARG:
-            what = "non-finite" if not math.isfinite(loss) else "so large that its PPL overflows"
-            raise LmgridError(f"validation NLL after epoch {self.current_epoch + 1} is {loss:g} nats per token, "
-                              f"{what}: training diverged; lower the learning rate "
-                              f"(lr={self.optimizers().param_groups[0]['lr']:g})")
+        try:
+            perplexity(val_nll, max(int(val_count), 1))  # the one place that says when a PPL is not a number
+        except ValueError as e:
+            raise LmgridError(f"validation NLL after epoch {self.current_epoch + 1}: {e}; training diverged, lower the "
+                              f"learning rate (lr={self.optimizers().param_groups[0]['lr']:g})") from None
         self.valid_loss = loss
         self.log("valid_loss", loss, prog_bar=False, logger=False)
         if not self.trainer.sanity_checking:
