@@ -54,3 +54,16 @@ def test_the_epoch_count_matches_the_history(losses):
     s = PlateauSchedule(max_decays=0)
     drive(s, losses)
     assert len(s.lr_history) == s.epochs
+
+
+def test_fixed_decay_from_an_epoch_then_the_plateau_rule_ends_the_run():
+    """Zaremba-style decay (lr_decay_from_epoch): improving epochs from decay_from on still decay, and once the
+    decays are spent the run ends only on a plateau.  Kills: "decay_from ignored" (no decay while improving),
+    and "stop as soon as the decays are spent" (the still-improving epoch after the last decay would end it)."""
+    s = PlateauSchedule(lr_decay=0.5, max_decays=2, decay_from=3)
+    # epochs 1-2 improve at lr 1; epochs 3 and 4 improve and decay anyway; epoch 5 still improves (runs on);
+    # epoch 6 does not improve: the plateau after the last decay ends the run.
+    assert drive(s, [5.0, 4.0, 3.5, 3.3, 3.25, 3.26, 3.0]) == [1.0, 1.0, 1.0, 0.5, 0.25, 0.25]
+    assert s.stopped_because == "lr_schedule_end" and s.best_epoch == 5
+    broken = PlateauSchedule(lr_decay=0.5, max_decays=2, decay_from=0)  # the rule without the fixed decay
+    assert drive(broken, [5.0, 4.0, 3.5, 3.3, 3.25, 3.26, 3.0]) != s.lr_history

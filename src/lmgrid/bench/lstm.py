@@ -52,7 +52,7 @@ def run_lightning(chunks, vocab_size: int, args) -> float:
     module = LMModule(model_config(vocab_size, args), "stream", optimizer="sgd", lr=args.lr)
     timer = StepTimer(args.warmup)
     trainer = pl.Trainer(max_steps=args.warmup + args.steps, limit_val_batches=0, accelerator="cpu", devices=1,
-                         precision="32-true", deterministic=args.deterministic, gradient_clip_val=args.clip,
+                         precision=args.precision, deterministic=args.deterministic, gradient_clip_val=args.clip,
                          gradient_clip_algorithm="norm", callbacks=[timer, Progress(0)], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, use_distributed_sampler=False)
@@ -71,7 +71,8 @@ def run_plain(chunks, vocab_size: int, args) -> float:
     state, tokens, t0 = None, 0, None
     for step in range(args.warmup + args.steps):
         x, y = chunks[step % len(chunks)]
-        nll, n, state = batch_nll(model, x, y, "stream", state)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"):
+            nll, n, state = batch_nll(model, x, y, "stream", state)
         state = model.detach_state(state)
         loss = nll / n
         opt.zero_grad()
@@ -99,6 +100,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--bptt", type=int, default=35)
     p.add_argument("--lr", type=float, default=1.0)
     p.add_argument("--clip", type=float, default=0.25)
+    p.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true",
+                   help="bf16-mixed: Lightning's, and torch.autocast(cpu, bfloat16) around the plain loop's forward")
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                    help="Lightning path with deterministic algorithms, as `lmgrid train` defaults to")
     args = p.parse_args(argv)
@@ -112,7 +115,7 @@ def main(argv: list[str]) -> int:
     stream = stream_tokens([vocab.encode(s) for s in sents], vocab.index[EOS])
     chunks = StreamChunks(*batchify(stream, args.batch, vocab.index[PAD]), args.bptt)
     print(f"lstm/torch {args.layers}x{args.hidden}, V={len(vocab)}, batch {args.batch}, bptt {args.bptt}, "
-          f"{args.steps} timed steps after {args.warmup} warm-up, {args.rounds} rounds; "
+          f"{args.precision}, {args.steps} timed steps after {args.warmup} warm-up, {args.rounds} rounds; "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads {args.threads}, "
           f"load average {os.getloadavg()[0]:.1f}, torch {torch.__version__}, lightning {pl.__version__}")
     plain, light = [], []

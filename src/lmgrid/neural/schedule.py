@@ -15,6 +15,12 @@ A run therefore ends only after its valid NLL has stopped improving at its small
 epoch never improves, and the reported model is the best epoch's (the checkpoint of the lowest valid NLL).
 With `max_decays: 0` the rule is plain early stopping with `patience`.
 
+`decay_from` (> 0) adds the fixed decay of Zaremba et al. 2014 ("after epoch 4 the learning rate is halved
+every epoch"): from epoch `decay_from` on, every epoch ends with a decay, improving or not, until the
+`max_decays` are spent; after that the plateau rule above ends the run, so even then the last epoch is one
+that did not improve on the best by more than `min_delta`.  It spends a fixed CPU budget on annealing rather
+than waiting for plateaus at the higher rates.
+
 Torch-free and stateful only through `state_dict`, so the schedule travels in the checkpoint and a resumed run
 decides exactly as an uninterrupted one.
 """
@@ -38,6 +44,7 @@ class PlateauSchedule:
     patience: int = 0
     min_delta: float = 0.0
     min_lr: float = 0.0
+    decay_from: int = 0
     best: float = math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
@@ -51,14 +58,17 @@ class PlateauSchedule:
         Sets `stopped_because` when the run should end here."""
         self.epochs += 1
         self.lr_history.append(lr)
+        fixed_decay = 0 < self.decay_from <= self.epochs and self.decays < self.max_decays
         if valid_nll < self.best - self.min_delta:
             self.best, self.best_epoch, self.bad_epochs = valid_nll, self.epochs, 0
-            return lr
-        if valid_nll < self.best:  # better, but not by min_delta: still the best weights, not an improvement
-            self.best, self.best_epoch = valid_nll, self.epochs
-        self.bad_epochs += 1
-        if self.bad_epochs <= self.patience:
-            return lr
+            if not fixed_decay:
+                return lr
+        else:
+            if valid_nll < self.best:  # better, but not by min_delta: still the best weights, not an improvement
+                self.best, self.best_epoch = valid_nll, self.epochs
+            self.bad_epochs += 1
+            if self.bad_epochs <= self.patience and not fixed_decay:
+                return lr
         self.bad_epochs = 0
         if self.decays >= self.max_decays or self.lr_decay >= 1:
             self.stopped_because = "lr_schedule_end"

@@ -68,7 +68,8 @@ def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> No
 def schedule_settings(hp: dict) -> dict:
     """The plateau schedule's settings (lmgrid.neural.schedule) from the training settings."""
     return {"lr_decay": hp["lr_decay"], "max_decays": hp["lr_decays"], "patience": hp["plateau_patience"],
-            "min_delta": hp["plateau_min_delta"], "min_lr": hp["min_lr"]}
+            "min_delta": hp["plateau_min_delta"], "min_lr": hp["min_lr"],
+            "decay_from": hp["lr_decay_from_epoch"]}
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:

@@ -1,0 +1,110 @@
+"""A plain PyTorch LSTM LM script, the baseline `python -m lmgrid.bench vs-plain` runs `lmgrid train` against.
+
+It is what a user would write by hand for the job (in the manner of pytorch/examples' word_language_model,
+written here): nn.Embedding, nn.LSTM, nn.Linear; the training text as one stream cut into `batch` contiguous
+rows; truncated BPTT over `bptt` steps with the state carried; SGD with gradient-norm clipping; one epoch; then
+valid and test scored the same way with no gradients. Deliberately no lmgrid imports, so that its start-up is
+that of torch alone. It prints one JSON line of figures.
+
+    python -m lmgrid.bench.plain_lstm --train ptb.train.txt --valid ptb.valid.txt --test ptb.test.txt
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import time
+
+import torch
+from torch import nn
+
+
+def read_lines(path: str) -> list[list[str]]:
+    with open(path, encoding="utf-8") as f:
+        return [line.split() + ["</s>"] for line in f if line.strip()]
+
+
+def stream(lines: list[list[str]], index: dict[str, int], batch: int) -> torch.Tensor:
+    ids = torch.tensor([index.get(w, index["<unk>"]) for line in lines for w in line], dtype=torch.long)
+    rows = ids.numel() // batch
+    return ids[: rows * batch].view(batch, rows)  # [batch, rows]: each row a contiguous piece of the text
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, vocab: int, width: int, layers: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        self.rnn = nn.LSTM(width, width, layers, batch_first=True)
+        self.out = nn.Linear(width, vocab)
+
+    def forward(self, x, state):
+        h, state = self.rnn(self.emb(x), state)
+        return self.out(h), state
+
+
+def run_epoch(model, data, bptt, autocast, opt=None, clip=0.25) -> tuple[float, int]:
+    total, count, state = 0.0, 0, None
+    for i in range(0, data.shape[1] - 1, bptt):
+        x, y = data[:, i:i + bptt], data[:, i + 1:i + 1 + bptt]
+        x = x[:, : y.shape[1]]
+        if state is not None:
+            state = tuple(s.detach() for s in state)
+        with autocast():
+            logits, state = model(x, state)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        if opt is not None:
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+        total += float(loss.detach()) * y.numel()
+        count += y.numel()
+    return total, count
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--test", required=True)
+    p.add_argument("--lines", type=int, default=10000, help="first N lines of train (0 = all)")
+    p.add_argument("--width", type=int, default=200)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--bptt", type=int, default=35)
+    p.add_argument("--batch", type=int, default=20)
+    p.add_argument("--eval-batch", type=int, default=10)
+    p.add_argument("--lr", type=float, default=20.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    # The vocabulary is the whole training file's (PTB: 10,000 words with <unk>), as lmgrid's vocab stage makes it.
+    full_train = read_lines(a.train)
+    train = full_train[: a.lines] if a.lines else full_train
+    words = sorted({w for line in full_train for w in line} | {"<unk>"})
+    index = {w: i for i, w in enumerate(words)}
+    model = LSTMLM(len(words), a.width, a.layers)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
+    model.train()
+    t0 = time.perf_counter()
+    _, train_tokens = run_epoch(model, stream(train, index, a.batch), a.bptt, autocast, opt)
+    train_s = time.perf_counter() - t0
+    model.eval()
+    out = {"train_tokens": train_tokens, "train_tokens_per_s": train_tokens / train_s}
+    t0 = time.perf_counter()
+    eval_tokens = 0
+    with torch.no_grad():
+        for split in ("valid", "test"):
+            nll, n = run_epoch(model, stream(read_lines(getattr(a, split)), index, a.eval_batch), a.bptt, autocast)
+            out[f"{split}_ppl"] = math.exp(nll / n)
+            eval_tokens += n
+    out["eval_tokens_per_s"] = eval_tokens / (time.perf_counter() - t0)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
