@@ -53,7 +53,8 @@ def _params_changed(job, change, persistence) -> str:
     for name, value in job.params.items():
         serialized = persistence._serialize_param(value)
         if serialized in changed:
-            m = re.match(r"^'?([A-Za-z_][\w.]*)=", str(value))
+            # "lr=0.02" (a training setting) names lr; "--addk-k 0.5" names addk-k; else the param's name.
+            m = re.match(r"^([A-Za-z_][\w.]*)=", str(value)) or re.match(r"^--([\w-]+)[ =]", str(value))
             names.append(m[1] if m else name)
     return ", ".join(sorted(set(names))) or "unnamed"
 
@@ -61,8 +62,8 @@ def _params_changed(job, change, persistence) -> str:
 def reason_text(job, reason, persistence) -> str:
     """Snakemake's reason for a job, short: 'missing output', 'params changed: lr', 'code changed', ..."""
     parts = []
-    if reason.forced:
-        parts.append("forced")
+    if reason.forced:  # nothing is forced but what the profile's rerun-incomplete forces
+        parts.append("incomplete output (interrupted, or running now)")
     if reason.noio or reason.nooutput:
         parts.append("always runs")
     if reason._missing_output:
@@ -110,10 +111,11 @@ def dry_run(configfiles=(), assignments: str = "", cores: int = 1, snakefile: st
         with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
             workflow_api = api.workflow(ResourceSettings(cores=max(cores, 1)), config, snakefile=Path(snakefile),
                                         workdir=Path(workdir))
-            workflow_api.dag(DAGSettings())
+            # profiles/default sets rerun-incomplete: interrupted outputs are rerun, not an error.
+            workflow_api.dag(DAGSettings(force_incomplete=True))
             workflow = workflow_api._workflow
-            # As `snakemake --summary` does: no lock (a run may hold it), interrupted outputs count as pending.
-            workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+            # No lock: a run may hold it, and a dry run changes nothing.
+            workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True, nolock=True)
             workflow._build_dag()
             dag, persistence = workflow.dag, workflow.persistence
             pending = [job for job in dag.needrun_jobs() if not job.rule.norun]
