@@ -62,6 +62,17 @@ def _log_error(log: Path) -> str | None:
     return (errors[-1] if errors[-1].startswith("lmgrid") else lines[-1]).strip() if errors else None
 
 
+def _log_running(log: Path, benchmark: Path) -> bool:
+    """A job log written in the last minute, after the job's last benchmark file (written when a job ends), and
+    without an error."""
+    try:
+        written = log.stat().st_mtime
+    except OSError:
+        return False
+    ended = benchmark.stat().st_mtime if benchmark.exists() else 0.0
+    return time.time() - written < RECENT_S and written > ended and not _log_error(log)
+
+
 def _running_detail(progress: dict) -> tuple[str, float, float]:
     """'epoch 3/40 (61%), valid PPL 19.20, epoch ends in ~4 s' and the seconds to the epoch cap at most."""
     now = time.time()
@@ -102,7 +113,7 @@ def cell_state(key: RunKey, corpus: str, job: Job | None) -> Cell:
         started = progress.get("started_at") or progress.get("epoch_started_at") or time.time()
         return Cell(key, "running", detail, spent_s=max(time.time() - started, 0.0),
                     left_s=left if math.isfinite(left) else None, least_left_s=epoch_left)
-    if log.exists() and time.time() - log.stat().st_mtime < RECENT_S and not _log_error(log):
+    if _log_running(log, Path(key.beside(corpus, "benchmarks/runs", ".tsv"))):
         return Cell(key, "running", "started")
     error = _log_error(log) if log.exists() else None
     if error:
