@@ -34,7 +34,7 @@ setup: $(STAMP)
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
 run: $(STAMP)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG)
-	$(SMK) --cores 1 $(SMKCFG) --report results/report.html
+	$(PY) -m lmgrid.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: Snakemake's dry run
 dry: $(STAMP)
@@ -42,11 +42,11 @@ dry: $(STAMP)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
 status: $(STAMP)
-	$(PY) -m lmgrid status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET")
+	$(PY) -m lmgrid status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET") $(if $(filter-out all,$(CORES)),--cores $(CORES))
 
 ## before a run: the cells each study adds and roughly what they cost
 plan: $(STAMP)
-	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET")
+	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET") $(if $(filter-out all,$(CORES)),--cores $(CORES))
 
 ## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
 test: $(TSTAMP)

@@ -1,9 +1,10 @@
-"""`lmgrid status` and `lmgrid plan` read the files runs leave: metrics, benchmark files, progress.json, logs."""
+"""`lmgrid status` and `lmgrid plan`: pending jobs from Snakemake's dry run; progress.json, logs and benchmark files
+for the rest."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmgrid.progress import format_plan, format_status, grid_status
+from lmgrid.dryrun import Job, Plan
+from lmgrid.eta import Task, wall_s
+from lmgrid.progress import format_plan, format_status, grid_status, left
 from lmgrid.runkey import RunKey
 
 CONFIG = {"corpus": {"name": "c"},
@@ -25,12 +28,23 @@ LSTM = {n: RunKey("lstm", "torch", n, 1, "window", 1) for n in (2, 3, 5)}
 KN = RunKey("kn", "ngram", 5, 1, "window", 0)
 
 
+def _job(key: RunKey, reason: str = "missing output", deps=()) -> Job:
+    rule = "ngram" if key.is_ngram else "train_gated"
+    wildcards = {"corpus": "c", "arch": key.arch, "impl": key.impl, "n_step": str(key.n_step),
+                 "layers": str(key.layers), "regime": key.regime, "seed": str(key.seed)}
+    return Job(rule, wildcards, reason, deps=list(deps))
+
+
+# What the dry run of the fixture's grid says: every cell but the finished one, then the jobs after the cells.
+PLAN = Plan([_job(LSTM[3]), _job(LSTM[5], "params changed: lr"), _job(KN)])
+
+
 def _done(key: RunKey, seconds: float) -> None:
     run = Path(key.run_dir("c"))
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     (run / "metrics.json").write_text(json.dumps({"wall_s": seconds}))
     bench = Path(key.beside("c", "benchmarks/runs", ".tsv"))
-    bench.parent.mkdir(parents=True)
+    bench.parent.mkdir(parents=True, exist_ok=True)
     bench.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:{int(seconds):02d}\t100\n")
 
 
@@ -54,7 +68,7 @@ def grid(tmp_path, monkeypatch):
 
 
 def test_status_states_eta_and_estimates(grid):
-    cells = {c.key: c for c in grid_status(CONFIG)}
+    cells = {c.key: c for c in grid_status(CONFIG, PLAN)}
     assert cells[LSTM[2]].state == "done" and cells[LSTM[2]].spent_s == 10.0
     running = cells[LSTM[3]]
     assert running.state == "running" and "epoch 3/10 (50%)" in running.detail and "valid PPL 21.50" in running.detail
@@ -67,14 +81,16 @@ def test_status_states_eta_and_estimates(grid):
     assert cells[KN].state == "failed" and "not a count table" in cells[KN].detail
     # Pending lstm n5: estimated from the finished lstm cell; the n-gram has nothing like it finished.
     assert cells[LSTM[5]].state == "pending" and cells[LSTM[5]].left_s == 10.0
+    assert cells[LSTM[5]].detail == "params changed: lr"  # Snakemake's reason
     assert cells[KN].left_s is None
-    text = format_status(CONFIG, list(cells.values()), cores=2)
+    text = format_status(CONFIG, list(cells.values()), left(CONFIG, list(cells.values()), PLAN, cores=2))
     assert "4 cells: 1 done, 1 running, 1 failed, 1 pending" in text
     assert "time spent:" in text and "1 cell(s) with nothing finished to estimate from" in text
 
 
 def test_plan_counts_each_study_once(grid):
-    text = format_plan(CONFIG, grid_status(CONFIG), cores=1)
+    cells = grid_status(CONFIG, PLAN)
+    text = format_plan(CONFIG, cells, left(CONFIG, cells, PLAN, cores=1))
     rows = {line.split("|")[1].strip(): [p.strip() for p in line.split("|")[2:-1]]
             for line in text.splitlines() if line.startswith("| a ") or line.startswith("| b ")}
     # a: 3 cells, 1 done; b: lstm n5 shared with a, so it adds only kn.
@@ -127,3 +143,118 @@ def test_status_command_reads_the_config(tmp_path, repo):
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == ("lmgrid: error: --config set: train.lrr: unknown key "
                                                       "(did you mean 'lr'?)")
+
+
+def test_eta_counts_every_job_left_on_the_cores(tmp_path, monkeypatch):
+    """The ETA arithmetic from fixture benchmark files: four 10 s cells, then summary (2 s) and aggregate (6 s)
+    side by side, the MLflow sync (15 s) after the aggregation, the report (9 s) last.
+    kills: ETA of cells only (no aggregation, MLflow sync, report); job time divided by the cores."""
+    monkeypatch.chdir(tmp_path)
+    keys = [RunKey("lstm", "torch", n, 1, "window", 1) for n in (2, 3, 5, 7)]
+    for key in keys:
+        _done(key, 10.0)
+    for rule, seconds in (("summary", 2.0), ("aggregate", 6.0), ("mlflow_sync", 15.0)):
+        Path(f"results/c/benchmarks/{rule}.tsv").write_text(f"s\th:m:s\n{seconds}\t0:00:{int(seconds):02d}\n")
+    from lmgrid.report import REPORT_BENCHMARK, record_s
+
+    record_s(9.0)
+    assert Path(REPORT_BENCHMARK).read_text().splitlines()[1].startswith("9.0000\t0:00:09")
+    config = {"corpus": {"name": "c"}, "studies": {"a": {"arch": ["lstm"], "n_step": [2, 3, 5, 7]}}}
+    cells = [_job(k, "params changed: lr") for k in keys]
+    after = [Job("summary", {"corpus": "c"}, "input rebuilt first", deps=[0, 1, 2, 3]),
+             Job("aggregate", {"corpus": "c"}, "input rebuilt first", deps=[0, 1, 2, 3]),
+             Job("mlflow_sync", {"corpus": "c"}, "input rebuilt first", deps=[0, 1, 2, 3, 5])]
+    plan = Plan(cells + after, dag_s=3.0)
+    status = grid_status(config, plan)
+    assert [c.state for c in status] == ["pending"] * 4 and all(c.left_s == 10.0 for c in status)
+    rest = left(config, status, plan, cores=2)
+    assert rest.job_s == pytest.approx(40 + 2 + 6 + 15 + 9)
+    assert rest.wall_s == pytest.approx(20 + 6 + 15 + 9)  # cells 2 at a time; summary beside the aggregation
+    assert left(config, status, plan, cores=1).wall_s == pytest.approx(rest.job_s)
+    assert left(config, status, plan, cores=2, startup=True).wall_s == pytest.approx(rest.wall_s + 3.0)
+    assert [(o[0], o[3]) for o in rest.others] == [("summary", "benchmark"), ("aggregate", "benchmark"),
+                                                   ("mlflow_sync", "benchmark"), ("report", "benchmark")]
+    # Without a benchmark file: how long Snakemake's metadata says the job took last time, else a default.
+    Path("results/c/benchmarks/mlflow_sync.tsv").unlink()
+    after[2].last_s = 12.0
+    assert left(config, status, plan, cores=2).others[2][2:] == (12.0, "last run")
+    after[2].last_s = None
+    from lmgrid.eta import DEFAULT_S
+
+    assert left(config, status, plan, cores=2).others[2][2:] == (DEFAULT_S["mlflow_sync"], "default")
+    text = format_plan(config, status, rest)
+    assert "params changed: lr" in text and "mlflow_sync" in text and "~50 s wall on 2 cores" in text
+
+
+def test_wall_time_simulation():
+    # Threads: a 2-thread job waits for both cores; running tasks go first.
+    tasks = [Task("a", 10.0), Task("b", 10.0, threads=2), Task("c", 4.0, running=True)]
+    assert wall_s(tasks, 2) == pytest.approx(20.0)  # c and a together (10), then b (10)
+    assert wall_s(tasks, 4) == pytest.approx(10.0)
+    assert wall_s([Task("a", 5.0, threads=8)], 2) == pytest.approx(5.0)  # scaled down to the cores
+    assert wall_s([Task("a", None), Task("b", 3.0, deps=[0])], 2) == pytest.approx(3.0)
+
+
+NGRAM_GRID = {"studies": {"ctx": {"arch": ["addk", "mkn"], "n_step": [2, 3]}}}
+
+
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory, repo):
+    from test_workflow import TINY, snakemake, write_config
+
+    workdir = tmp_path_factory.mktemp("plan")
+    write_config(workdir, {**TINY, **NGRAM_GRID})
+    os.environ["LMGRID_REPORT"], old = "0", os.environ.get("LMGRID_REPORT")
+    try:
+        r = snakemake(workdir, repo)
+    finally:
+        os.environ.pop("LMGRID_REPORT") if old is None else os.environ.__setitem__("LMGRID_REPORT", old)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return workdir
+
+
+def _dry_run_jobs(out: str) -> set[str]:
+    """The jobs of `snakemake -n` output: a cell as RunKey.name, any other job by its rule ('all' left out)."""
+    jobs = set()
+    for block in re.split(r"^(?:local)?rule ", out, flags=re.M)[1:]:
+        rule = block.split(":", 1)[0]
+        w = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block)[1].split(", ")) \
+            if "wildcards:" in block else {}
+        if rule in ("ngram", "train", "train_gated"):
+            jobs.add(RunKey.from_wildcards(w).name)
+        elif rule != "all":
+            jobs.add(rule)
+    return jobs
+
+
+def _plan_rows(out: str, section: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in out.split(section, 1)[1].split("\n\n", 1)[0].splitlines()[3:] if section in out else []:
+        cols = [c.strip() for c in line.split("|")[1:-1]]
+        rows[cols[0]] = cols[1:]
+    return rows
+
+
+def test_plan_pends_what_the_dry_run_runs(finished_grid, repo):
+    """After a changed setting and a deleted output, plan's pending cells and jobs are exactly the jobs
+    `snakemake -n` schedules, each with Snakemake's reason.
+    kills: pending from file existence (only the cell whose metrics.json is gone would be pending)."""
+    from test_workflow import snakemake
+
+    (finished_grid / RunKey("mkn", "ngram", 3, 1, "window", 0).run_dir("tiny") / "metrics.json").unlink()
+    dry = snakemake(finished_grid, repo, "-n", "--config", "set=ngram.addk_k=0.5")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    expected = _dry_run_jobs(dry.stdout + dry.stderr)
+    assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "summary",
+                        "aggregate", "mlflow_sync"}
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "ngram.addk_k=0.5", "--cores", "2"],
+                       cwd=finished_grid, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cells, others = _plan_rows(r.stdout, "Cells to run:"), _plan_rows(r.stdout, "Other jobs:")
+    assert set(cells) | (set(others) - {"report"}) == expected, r.stdout
+    assert cells["addk n2 l1 window s0"][1] == "params changed: addk-k"
+    assert cells["mkn n3 l1 window s0"][1] == "missing output"
+    assert others["aggregate"][0] == "input rebuilt first" and others["mlflow_sync"][2] == "benchmark"
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "ngram.addk_k=0.5"],
+                       cwd=finished_grid, capture_output=True, text=True, timeout=120)
+    assert "4 cells: 1 done, 0 running, 0 failed, 3 pending" in r.stdout, r.stdout + r.stderr

@@ -1,23 +1,24 @@
-"""`lmgrid status` and `lmgrid plan`: where a grid stands, and what it will cost, from the files runs leave.
+"""`lmgrid status` and `lmgrid plan`: where a grid stands and what the rest costs, from Snakemake's own view.
 
-A cell is done when its metrics.json exists; running when its training writes progress.json (in its checkpoint
-folder) from a live process, or its job log changed in the last minute; failed when its log holds an error and
-nothing runs; otherwise pending.  Costs come from the Snakemake benchmark files of finished cells (job wall
-seconds): a pending cell is estimated by the mean of the finished cells most like it (same arch, regime and
-layers; else same arch; else every finished cell), so the estimate improves as a grid runs.  Kept free of
-torch: it answers in a second.
+Which jobs are left comes from a dry run of the workflow as configured (lmgrid.dryrun: the same CONFIG/SET as the
+run), so a cell is pending whenever Snakemake would run it (missing output, changed params, code or inputs) and
+shows Snakemake's reason.  A cell Snakemake would not run is done.  Of the cells it would run, one is running when
+its training writes progress.json (in its checkpoint folder) from a live process, or its job log changed in the
+last minute; failed when its log holds an error and nothing runs; otherwise pending.  What is left is estimated
+for every pending job, the summary, the aggregation, the MLflow sync and the report included (lmgrid.eta).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .dryrun import Job, Plan, dry_run
+from .eta import REPORT_RULE, Task, estimate_s, finished_cells, read_wall_s, rule_estimate, wall_s
 from .runkey import RunKey, all_runs, expand_study
 
 RECENT_S = 60.0  # a log written this recently belongs to a running job (n-gram jobs write no progress.json)
@@ -39,9 +40,7 @@ def _log_path(key: RunKey, corpus: str) -> Path:
 
 def benchmark_s(key: RunKey, corpus: str) -> float | None:
     """The job's wall seconds from its Snakemake benchmark file (None when it has none)."""
-    from .aggregate.collect import read_benchmark
-
-    return read_benchmark(key.beside(corpus, "benchmarks/runs", ".tsv")).get("wall_s")
+    return read_wall_s(key.beside(corpus, "benchmarks/runs", ".tsv"))
 
 
 def _alive(progress: dict) -> bool:
@@ -63,6 +62,17 @@ def _log_error(log: Path) -> str | None:
     return (errors[-1] if errors[-1].startswith("lmgrid") else lines[-1]).strip() if errors else None
 
 
+def _log_running(log: Path, benchmark: Path) -> bool:
+    """A job log written in the last minute, after the job's last benchmark file (written when a job ends), and
+    without an error."""
+    try:
+        written = log.stat().st_mtime
+    except OSError:
+        return False
+    ended = benchmark.stat().st_mtime if benchmark.exists() else 0.0
+    return time.time() - written < RECENT_S and written > ended and not _log_error(log)
+
+
 def _running_detail(progress: dict) -> tuple[str, float, float]:
     """'epoch 3/40 (61%), valid PPL 19.20, epoch ends in ~4 s' and the seconds to the epoch cap at most."""
     now = time.time()
@@ -82,12 +92,13 @@ def _running_detail(progress: dict) -> tuple[str, float, float]:
     return text, math.nan, 0.0
 
 
-def cell_state(key: RunKey, corpus: str) -> Cell:
-    run_dir = Path(key.run_dir(corpus))
-    if (run_dir / "metrics.json").is_file():
+def cell_state(key: RunKey, corpus: str, job: Job | None) -> Cell:
+    """The state of one cell; `job` is its pending job in the dry run (None: Snakemake would not run it)."""
+    if job is None:
         spent = benchmark_s(key, corpus)
-        if spent is None:
-            spent = json.loads((run_dir / "metrics.json").read_text()).get("wall_s", 0.0)
+        metrics = Path(key.run_dir(corpus)) / "metrics.json"
+        if spent is None and metrics.is_file():
+            spent = json.loads(metrics.read_text()).get("wall_s", 0.0)
         return Cell(key, "done", spent_s=spent or 0.0)
     log = _log_path(key, corpus)
     progress_path = Path(key.beside(corpus, "ckpt/runs")) / "progress.json"
@@ -102,68 +113,71 @@ def cell_state(key: RunKey, corpus: str) -> Cell:
         started = progress.get("started_at") or progress.get("epoch_started_at") or time.time()
         return Cell(key, "running", detail, spent_s=max(time.time() - started, 0.0),
                     left_s=left if math.isfinite(left) else None, least_left_s=epoch_left)
-    if log.exists() and time.time() - log.stat().st_mtime < RECENT_S and not _log_error(log):
+    if _log_running(log, Path(key.beside(corpus, "benchmarks/runs", ".tsv"))):
         return Cell(key, "running", "started")
     error = _log_error(log) if log.exists() else None
     if error:
-        return Cell(key, "failed", f"{error} (log: {log})")
+        return Cell(key, "failed", f"{error} (log: {log}); {job.reason}")
     if progress:
-        return Cell(key, "pending", f"interrupted at epoch {progress.get('epoch')}: resumes from its checkpoint")
-    return Cell(key, "pending")
+        return Cell(key, "pending", f"{job.reason}; interrupted at epoch {progress.get('epoch')}: resumes from its "
+                                    "checkpoint")
+    return Cell(key, "pending", job.reason)
 
 
-def estimate_s(key: RunKey, finished: dict[RunKey, float]) -> float | None:
-    """Mean job seconds of the finished cells most like `key` (see the module docstring)."""
-    for like in (lambda k: (k.arch, k.impl, k.regime, k.layers, k.n_step) == (key.arch, key.impl, key.regime,
-                                                                               key.layers, key.n_step),
-                 lambda k: (k.arch, k.regime, k.layers) == (key.arch, key.regime, key.layers),
-                 lambda k: k.arch == key.arch,
-                 lambda k: k.is_ngram == key.is_ngram):
-        times = [s for k, s in finished.items() if like(k)]
-        if times:
-            return sum(times) / len(times)
-    return None
+@dataclass
+class Left:
+    """What is left: cells and other jobs, their job seconds, and the wall time on the cores."""
+    job_s: float
+    wall_s: float
+    cores: int
+    unknown: int  # cells with nothing finished to estimate from
+    others: list[tuple[str, str, float, str]]  # (job, reason, seconds, where the seconds come from)
 
 
-def _train_tokens(corpus: str) -> int | None:
-    try:
-        return json.loads(Path(f"results/{corpus}/corpus/corpus_stats.json").read_text())["splits"]["train"]["tokens"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def finished_elsewhere(corpus: str) -> dict[RunKey, float]:
-    """Benchmarks of the other corpora under results/, scaled to this corpus by training tokens when both are
-    known: a first estimate before this corpus has finished anything."""
-    pattern = re.compile(r"results/([^/]+)/benchmarks/runs/(\w+)/(\w+)/n(\d+)_l(\d+)_(\w+)_s(\d+)\.tsv$")
-    mine, out = _train_tokens(corpus), {}
-    for path in sorted(Path("results").glob("*/benchmarks/runs/*/*/*.tsv")):
-        m = pattern.search(path.as_posix())
-        if not m or m[1] == corpus:
-            continue
-        key = RunKey(m[2], m[3], int(m[4]), int(m[5]), m[6], int(m[7]))
-        seconds, theirs = benchmark_s(key, m[1]), _train_tokens(m[1])
-        if seconds:
-            out.setdefault(key, seconds * (mine / theirs if mine and theirs else 1.0))
-    return out
-
-
-def grid_status(config: dict) -> list[Cell]:
+def grid_status(config: dict, plan: Plan) -> list[Cell]:
     corpus = config["corpus"]["name"]
-    cells = [cell_state(key, corpus) for key in all_runs(config["studies"])]
-    finished = {c.key: c.spent_s for c in cells if c.state == "done" and c.spent_s}
+    pending = plan.cells()
+    cells = [cell_state(key, corpus, pending.get(key)) for key in all_runs(config["studies"])]
+    finished = finished_cells(corpus)
     elsewhere = None
     for c in cells:
         if c.state == "running" and c.left_s is not None:
             # The epoch cap bounds a running cell; finished cells like it usually say it ends sooner.
             like = estimate_s(c.key, finished)
             c.left_s = min(c.left_s, max(like - c.spent_s, c.least_left_s)) if like is not None else c.left_s
+        elif c.state == "running":
+            like = estimate_s(c.key, finished)
+            c.left_s = max(like - c.spent_s, 0.0) if like is not None else None
         if c.state in ("pending", "failed"):
             c.left_s = estimate_s(c.key, finished)
             if c.left_s is None:
-                elsewhere = finished_elsewhere(corpus) if elsewhere is None else elsewhere
+                elsewhere = finished_cells(corpus, here=False) if elsewhere is None else elsewhere
                 c.left_s = estimate_s(c.key, elsewhere)
     return cells
+
+
+def left(config: dict, cells: list[Cell], plan: Plan, cores: int, startup: bool = False) -> Left:
+    """Every pending job's seconds (cells from `cells`, the others by rule) and their wall time on `cores`; the
+    report follows when anything is left; `startup` adds the DAG building a run begins with."""
+    corpus = config["corpus"]["name"]
+    state = {c.key: c for c in cells}
+    tasks, others = [], []
+    for job in plan.jobs:
+        cell = state.get(job.key) if job.key is not None else None
+        if cell is not None:
+            tasks.append(Task(cell.key.name, cell.left_s, job.threads, job.deps, cell.state == "running"))
+            continue
+        seconds, source = rule_estimate(job.rule, corpus, job.last_s)
+        tasks.append(Task(job.rule, seconds, job.threads, job.deps))
+        others.append((job.rule, job.reason, seconds, source))
+    if not tasks:
+        return Left(0.0, 0.0, cores, 0, [])
+    seconds, source = rule_estimate(REPORT_RULE, corpus)
+    tasks.append(Task(REPORT_RULE, seconds, 1, list(range(len(tasks)))))
+    others.append((REPORT_RULE, "rebuilt after every run", seconds, source))
+    unknown = sum(t.seconds is None for t in tasks)
+    job_s = sum(t.seconds or 0.0 for t in tasks)
+    return Left(job_s, wall_s(tasks, cores) + (plan.dag_s if startup else 0.0), cores, unknown, others)
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -177,19 +191,23 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def _left_text(cells: list[Cell], cores: int) -> str:
-    todo = [c for c in cells if c.state != "done"]
-    known = [c.left_s for c in todo if c.left_s is not None]
-    unknown = len(todo) - len(known)
-    if not todo:
+def _left_text(rest: Left) -> str:
+    if not rest.others and not rest.job_s:
         return "nothing left"
-    text = f"~{fmt_s(sum(known))} of job time (~{fmt_s(sum(known) / max(cores, 1))} on {cores} cores)"
-    if unknown:
-        text += f"; {unknown} cell(s) with nothing finished to estimate from"
+    text = f"~{fmt_s(rest.job_s)} of job time, ~{fmt_s(rest.wall_s)} wall on {rest.cores} cores"
+    if rest.unknown:
+        text += f"; {rest.unknown} cell(s) with nothing finished to estimate from"
     return text
 
 
-def format_status(config: dict, cells: list[Cell], cores: int) -> str:
+def _others_table(rest: Left) -> str:
+    import pandas as pd
+
+    return pd.DataFrame([{"job": job, "why": why, "estimate": "~" + fmt_s(s), "from": source}
+                         for job, why, s, source in rest.others]).to_markdown(index=False)
+
+
+def format_status(config: dict, cells: list[Cell], rest: Left) -> str:
     import pandas as pd
 
     counts = {s: sum(c.state == s for c in cells) for s in ("done", "running", "failed", "pending")}
@@ -198,13 +216,16 @@ def format_status(config: dict, cells: list[Cell], cores: int) -> str:
                           for c in cells])
     spent = sum(c.spent_s for c in cells)
     lines = [f"# {config['corpus']['name']}: {len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-             table.to_markdown(index=False), "",
-             f"time spent: {fmt_s(spent)} of job time; left: {_left_text(cells, cores)}"]
+             table.to_markdown(index=False), ""]
+    if rest.others:
+        lines += ["Other jobs left:", _others_table(rest), ""]
+    lines.append(f"time spent: {fmt_s(spent)} of job time; left: {_left_text(rest)}")
     return "\n".join(lines)
 
 
-def format_plan(config: dict, cells: list[Cell], cores: int) -> str:
-    """Per study, in config order: its cells, the ones no earlier study has, and what those still cost."""
+def format_plan(config: dict, cells: list[Cell], rest: Left) -> str:
+    """Per study, in config order: its cells, the ones no earlier study has, and what those still cost; then each
+    cell to run with Snakemake's reason, and the other jobs."""
     import pandas as pd
 
     state = {c.key: c for c in cells}
@@ -219,10 +240,17 @@ def format_plan(config: dict, cells: list[Cell], cores: int) -> str:
         rows.append({"study": name, "cells": len(keys), "adds": len(new), "already done": len(new) - len(todo),
                      "to run": len(todo), "job time": "" if not todo else ("~" + fmt_s(sum(known))) if known else "?",
                      "not estimated": len(todo) - len(known)})
-    lines = [f"# {config['corpus']['name']}: {len(cells)} distinct cells", pd.DataFrame(rows).to_markdown(index=False),
-             "", f"left: {_left_text(cells, cores)}",
-             "Estimates: mean job time of finished cells like each one (same arch, regime, layers), from this corpus's "
-             "benchmark files, else from other corpora's scaled by training tokens."]
+    lines = [f"# {config['corpus']['name']}: {len(cells)} distinct cells", pd.DataFrame(rows).to_markdown(index=False)]
+    todo = [c for c in cells if c.state != "done"]
+    if todo:
+        lines += ["", "Cells to run:", pd.DataFrame([{"run": c.key.name, "state": c.state, "why": c.detail,
+                                                      "estimate": fmt_s(c.left_s)} for c in todo]).to_markdown(index=False)]
+    if rest.others:
+        lines += ["", "Other jobs:", _others_table(rest)]
+    lines += ["", f"left: {_left_text(rest)} (with the DAG building a run starts with)",
+              "Estimates: mean job time of finished cells like each one (same arch, regime, layers), from this corpus's "
+              "benchmark files, else from other corpora's scaled by training tokens; other jobs from their own "
+              "benchmark files."]
     return "\n".join(lines)
 
 
@@ -230,5 +258,7 @@ def main(command: str, configfiles: list[str], assignments: str, cores: int) -> 
     from .config import load_config
 
     config = load_config(configfiles, assignments)
-    cells = grid_status(config)
-    print(format_status(config, cells, cores) if command == "status" else format_plan(config, cells, cores))
+    plan = dry_run(configfiles, assignments, cores)
+    cells = grid_status(config, plan)
+    rest = left(config, cells, plan, cores, startup=command == "plan")
+    print(format_status(config, cells, rest) if command == "status" else format_plan(config, cells, rest))

@@ -12,9 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPORT = "results/report.html"
+# How long building the report took, as a Snakemake benchmark file: `lmgrid status` / `plan` count the report in
+# what is left.
+REPORT_BENCHMARK = "results/benchmarks/report.tsv"
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 
 
@@ -26,11 +30,30 @@ def build(snakefile: str, workdir: str, configfiles, config_args, out: str = REP
         cmd += ["--configfile", str(f)]
     if config_args:
         cmd += ["--config", *config_args]
+    started = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LMGRID_WARM": "0"})
     if r.returncode != 0 or not Path(workdir, out).is_file():
         lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
         return f"{out}: the report could not be built ({lines[-1] if lines else f'exit {r.returncode}'})"
+    record_s(time.time() - started, Path(workdir, REPORT_BENCHMARK))
     return None
+
+
+def record_s(seconds: float, path: str | Path = REPORT_BENCHMARK) -> None:
+    """Write `seconds` as a Snakemake benchmark file (columns s and h:m:s)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    whole = int(seconds)
+    path.write_text(f"s\th:m:s\n{seconds:.4f}\t{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}\n")
+
+
+def timed(command: list[str]) -> int:
+    """Run the report command (`make run`: snakemake ... --report), recording its wall time when it succeeds."""
+    started = time.time()
+    status = subprocess.run(command).returncode
+    if status == 0:
+        record_s(time.time() - started)
+    return status
 
 
 def drop_if_stale(results: Path, out: str = REPORT) -> str | None:
@@ -114,7 +137,10 @@ def check(path: str | Path) -> tuple[int, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = (argv or sys.argv[1:] or [REPORT])[0]
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--timed"]:
+        return timed(argv[1:])
+    path = (argv or [REPORT])[0]
     n, problems = check(path)
     for p in problems:
         print(f"{path}: {p}", file=sys.stderr)

@@ -26,6 +26,8 @@ rule aggregate:
     params:
         studies=STUDIES_JSON,
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
+    benchmark:
+        "results/{corpus}/benchmarks/aggregate.tsv"
     log:
         "results/{corpus}/logs/aggregate.log",
     conda:
@@ -52,6 +54,8 @@ rule mlflow_sync:
         prefix=shlex.quote(MLFLOW["experiment_prefix"]),
         data_settings=shlex.quote(json.dumps({"corpus": config["corpus"], "vocab": config["vocab"]}, sort_keys=True)),
         register="--register-models" if MLFLOW["register_models"] else "",
+    benchmark:
+        "results/{corpus}/benchmarks/mlflow_sync.tsv"
     log:
         "results/{corpus}/logs/mlflow_sync.log",
     conda:

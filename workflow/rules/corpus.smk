@@ -7,6 +7,8 @@ rule synth:
         seed=lambda w: config["corpus"]["synth"]["seed"],
         sizes=lambda w: config["corpus"]["synth"]["sentences"],
         grammar=lambda w: json.dumps(config["corpus"]["synth"]["grammar"], sort_keys=True),
+    benchmark:
+        "results/{corpus}/benchmarks/synth.tsv"
     log:
         "results/{corpus}/logs/synth.log",
     conda:
@@ -49,6 +51,8 @@ rule corpus:
         kind=KIND,
         args=corpus_input_args,
         options=corpus_options,
+    benchmark:
+        "results/{corpus}/benchmarks/corpus.tsv"
     log:
         "results/{corpus}/logs/corpus.log",
     conda:

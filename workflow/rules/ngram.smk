@@ -18,6 +18,8 @@ rule ngram_counts:
     # The memory budget changes how counting runs, not its result: a resource, so changing it reruns nothing.
     resources:
         ngram_memory_mb=NGRAM["memory_mb"],
+    benchmark:
+        "results/{corpus}/benchmarks/ngram_counts.tsv"
     log:
         "results/{corpus}/logs/ngram_counts.log",
     conda:

@@ -11,6 +11,8 @@ rule summary:
         html=report("results/{corpus}/summary.html", caption="../report/summary.rst", category="Summary"),
     params:
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
+    benchmark:
+        "results/{corpus}/benchmarks/summary.tsv"
     log:
         "results/{corpus}/logs/summary.log",
     conda:

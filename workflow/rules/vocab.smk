@@ -10,6 +10,8 @@ rule vocab:
     params:
         min_count=config["vocab"]["min_count"],
         max_size=config["vocab"]["max_size"],
+    benchmark:
+        "results/{corpus}/benchmarks/vocab.tsv"
     log:
         "results/{corpus}/logs/vocab.log",
     conda:
@@ -30,6 +32,8 @@ rule oracle:
         test_logprob="results/{corpus}/raw/test.logprob",
     output:
         "results/{corpus}/oracle.json",
+    benchmark:
+        "results/{corpus}/benchmarks/oracle.tsv"
     log:
         "results/{corpus}/logs/oracle.log",
     conda:
