@@ -8,6 +8,7 @@ BENCHMARKS = {
     "lstm": "lmgrid.bench.lstm",
     "cells": "lmgrid.bench.cells",
     "startup": "lmgrid.bench.startup",
+    "vs-plain": "lmgrid.bench.vs_plain",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:

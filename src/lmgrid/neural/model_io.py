@@ -18,14 +18,21 @@ from lmgrid.ppl import BOS, EOS
 from lmgrid.vocab import Vocab
 
 from .data import window_examples
+from .precision import autocast
 
 WINDOW_BATCH = 1024
 
 
 class NeuralLM:
-    def __init__(self, model, vocab: Vocab, regime: str, n_step: int, max_len: int):
+    def __init__(self, model, vocab: Vocab, regime: str, n_step: int, max_len: int, precision: str = "32-true"):
         self.model, self.vocab, self.regime, self.n_step, self.max_len = model.eval(), vocab, regime, n_step, max_len
         self.bos, self.eos = vocab.index[BOS], vocab.index[EOS]
+        self.precision = precision
+
+    def _forward(self, *args, **kwargs):
+        """The model's forward in the precision its run was scored in (bf16-mixed: the output layer in bf16)."""
+        with autocast(self.precision, "cpu"):
+            return self.model(*args, **kwargs)
 
     @torch.no_grad()
     def _logprobs(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,7 +42,7 @@ class NeuralLM:
         # was trained).
         step = self.max_len - self.model.cfg.context_len if self.model_is_stateless else self.max_len
         for start in range(0, x.shape[1], step):
-            logits, state, _ = self.model(x[:, start:start + step], state)
+            logits, state, _ = self._forward(x[:, start:start + step], state)
             out.append(torch.log_softmax(logits.float(), -1))
         return torch.cat(out, 1)
 
@@ -46,7 +53,7 @@ class NeuralLM:
             x, y = window_examples(ids, self.n_step, self.bos, self.eos)
             lp = []
             for i in range(0, len(y), WINDOW_BATCH):
-                logits, _, _ = self.model(x[i:i + WINDOW_BATCH], last_only=True)
+                logits, _, _ = self._forward(x[i:i + WINDOW_BATCH], last_only=True)
                 lp.append(torch.log_softmax(logits[:, -1].float(), -1).gather(1, y[i:i + WINDOW_BATCH, None])[:, 0])
             flat = torch.cat(lp).tolist()
             out, pos = [], 0
@@ -67,7 +74,7 @@ class NeuralLM:
         if self.regime == "window":
             k = self.n_step - 1
             window = ([self.bos] * k + ids)[-k:]
-            logits, _, _ = self.model(torch.tensor([window]), last_only=True)
+            logits, _, _ = self._forward(torch.tensor([window]), last_only=True)
             return torch.log_softmax(logits[0, -1].float(), -1).tolist()
         x = torch.tensor([[self.eos, *ids]])
         if self.model_is_stateless:
@@ -111,4 +118,4 @@ def load_run(run_dir) -> NeuralLM:
     model = build_model(cfg)
     model.load_state_dict(blob["state_dict"])
     run = blob["run"]
-    return NeuralLM(model, vocab, run["regime"], run["n_step"], cfg.max_len)
+    return NeuralLM(model, vocab, run["regime"], run["n_step"], cfg.max_len, blob.get("precision", "32-true"))

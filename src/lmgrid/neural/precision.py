@@ -44,3 +44,13 @@ def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None) -> 
     if asked == "bf16-mixed" and not native:
         return asked, "as configured (this CPU emulates bf16: slower than 32-true)"
     return asked, "as configured"
+
+
+def autocast(precision: str, device_type: str):
+    """The autocast context Lightning trains and validates a `precision` run in, for scoring outside the Trainer
+    (the final valid and test evaluation): the same arithmetic as the validation that chose the best epoch, and
+    for bf16-mixed the output layer at bf16 speed."""
+    import torch
+
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    return torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)

@@ -44,7 +44,7 @@ from .callbacks import EpochLog, Progress
 from .data import LMData
 from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
-from .precision import resolve_precision
+from .precision import autocast, resolve_precision
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 
@@ -197,7 +197,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     eval_s = 0.0
     for split in ("valid", "test"):
         t_eval = time.time()
-        nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
+        with autocast(precision, device.type):
+            nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
         eval_s += time.time() - t_eval
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
@@ -238,7 +239,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     if arch in gates_mod.GATED_ARCHS:
         gates_mod.write(run_dir / "gates.csv", gates_mod.collect(model, data.dataloader("test", device=device), regime,
                                                                  device, bos=vocab.index[BOS]))
-    save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp)
+    save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp, precision)
     epoch_log.write(run_dir / "log.csv")
     metrics["wall_s"] = round(time.time() - t0, 3)
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
@@ -253,9 +254,11 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     return metrics
 
 
-def save_model(path: Path, model, model_config: dict, vocab: Vocab, run_info: dict, hp: dict) -> None:
-    """What `lmgrid score/generate` need: weights, how to rebuild the model, the vocabulary and the regime."""
-    blob = {"format": CKPT_FORMAT, "model_config": model_config, "run": run_info, "hparams": hp,
+def save_model(path: Path, model, model_config: dict, vocab: Vocab, run_info: dict, hp: dict,
+               precision: str = "32-true") -> None:
+    """What `lmgrid score/generate` need: weights, how to rebuild the model, the vocabulary and the regime, and the
+    precision the run was scored in (so that scoring the model again gives its test_ppl)."""
+    blob = {"format": CKPT_FORMAT, "model_config": model_config, "run": run_info, "hparams": hp, "precision": precision,
             "vocab": {"tokens": vocab.tokens, "counts": [vocab.counts.get(t, 0) for t in vocab.tokens]},
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
     with atomic_write(path, "wb") as fh:

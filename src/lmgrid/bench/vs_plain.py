@@ -1,0 +1,128 @@
+"""python -m lmgrid.bench vs-plain: `lmgrid train` against a plain PyTorch script, as whole processes.
+
+The job: LSTM 2x200, embedding 200, bptt 35, batch 20, SGD lr 20, clip 0.25, no dropout; one epoch over the first
+`--lines` lines of PTB train, then valid and test scored. Both run as fresh processes on `--threads` threads, in
+alternating pairs (plain first in odd pairs, lmgrid first in even ones) so that drifting machine load hits both
+alike. Figures per process: whole-process wall (start-up, data, training, evaluation, writing), the training
+tokens/s each reports, and peak RSS (the child's ru_maxrss from wait4). The plain script is
+lmgrid/bench/plain_lstm.py. Printed, never asserted; the targets are those of docs/benchmarks.md.
+
+`lmgrid train` runs as the workflow runs it (its own process, no warm server) on the corpus and vocabulary the
+`corpus` and `vocab` stages write, prepared once beforehand and not timed. Its run writes what a grid cell writes:
+checkpoints, the model, metrics and, for an LSTM, its gate statistics.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SPLITS = ("train", "valid", "test")
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+    """(wall s, peak RSS MiB, stdout) of one child process run to its end."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"vs-plain: {' '.join(cmd[:4])} ... failed (exit {proc.returncode}):\n{out[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, out
+
+
+def prepare(ptb_dir: Path, work: Path, lines: int) -> dict[str, Path]:
+    """The corpus and vocab stages' outputs for PTB, train cut to its first `lines` lines (vocab from all of it)."""
+    lmgrid = str(Path(sys.executable).with_name("lmgrid"))
+    corpus = work / "corpus"
+    inputs = [a for s in SPLITS for a in ("--input", f"{s}={ptb_dir / f'ptb.{s}.txt'}")]
+    subprocess.run([lmgrid, "corpus", "--kind", "ptb", *inputs, "--out-dir", str(corpus), "--max-len", "0"],
+                   check=True, capture_output=True)
+    subprocess.run([lmgrid, "vocab", *[a for s in SPLITS for a in (f"--{s}", str(corpus / f"{s}.txt"))],
+                    "--out", str(work / "vocab.json"), "--report", str(work / "vocab_report.json"),
+                    "--min-count", "1", "--max-size", "0"], check=True, capture_output=True)
+    head = work / "train_head.txt"
+    with open(corpus / "train.txt") as src, open(head, "w") as dst:
+        for i, line in enumerate(src):
+            if lines and i >= lines:
+                break
+            dst.write(line)
+    return {"train": head, "valid": corpus / "valid.txt", "test": corpus / "test.txt", "vocab": work / "vocab.json"}
+
+
+def lmgrid_cmd(files: dict[str, Path], run: Path, threads: int, precision: str) -> list[str]:
+    hp = {"epochs": 1, "optimizer": "sgd", "lr": 20.0, "clip": 0.25, "dropout": 0.0, "emb_dim": 200,
+          "hidden_dim": 200, "bptt": 35, "stream_batch_size": 20, "precision": precision, "log_every": 0}
+    return [str(Path(sys.executable).with_name("lmgrid")), "train", "--arch", "lstm", "--n-step", "0",
+            "--layers", "2", "--regime", "stream", *[a for k in ("train", "valid", "test", "vocab")
+                                                      for a in (f"--{k}", str(files[k]))],
+            "--run-dir", str(run / "run"), "--ckpt-dir", str(run / "ckpt"), "--hparams", json.dumps(hp),
+            "--threads", str(threads)]
+
+
+def plain_cmd(ptb_dir: Path, lines: int, threads: int, bf16: bool) -> list[str]:
+    return [sys.executable, "-m", "lmgrid.bench.plain_lstm", *[a for s in SPLITS for a in
+                                                                (f"--{s}", str(ptb_dir / f"ptb.{s}.txt"))],
+            "--lines", str(lines), "--threads", str(threads), *(["--bf16"] if bf16 else [])]
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m lmgrid.bench vs-plain", description=__doc__.splitlines()[0])
+    p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR", "/work/shared/data/ptb"))
+    p.add_argument("--lines", type=int, default=10000, help="first N lines of PTB train")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", nargs="+", default=["32-true", "bf16-mixed"], choices=["32-true", "bf16-mixed"],
+                   help="lmgrid's precisions to run; each is compared with the plain script's fp32 (and bf16) run")
+    a = p.parse_args(argv)
+    ptb = Path(a.ptb_dir)
+    if not (ptb / "ptb.train.txt").is_file():
+        print(f"vs-plain: {ptb}/ptb.train.txt not found (set LMGRID_PTB_DIR or --ptb-dir)")
+        return 2
+    import torch
+
+    print(f"LSTM 2x200, first {a.lines} lines of PTB train, 1 epoch + valid + test; {a.pairs} alternating pairs; "
+          f"{platform.machine()}, {os.cpu_count()} CPUs, {a.threads} threads, torch {torch.__version__}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    work = Path(tempfile.mkdtemp(prefix="lmgrid-vs-plain-"))
+    try:
+        files = prepare(ptb, work, a.lines)
+        rows = {}
+        variants = [("plain fp32", False, None)] + [
+            ("plain bf16", True, None)] * ("bf16-mixed" in a.precision) + [
+            (f"lmgrid {prec}", None, prec) for prec in a.precision]
+        for pair in range(a.pairs):
+            order = variants if pair % 2 == 0 else variants[::-1]
+            for name, bf16, prec in order:
+                if prec is None:
+                    wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16), work)
+                    tps = json.loads(out.strip().splitlines()[-1])["train_tokens_per_s"]
+                else:
+                    run = work / f"lmgrid-{pair}-{prec}"
+                    wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work)
+                    tps = json.loads((run / "run" / "metrics.json").read_text())["train_tokens_per_s"]
+                    shutil.rmtree(run)
+                rows.setdefault(name, []).append((wall, tps, rss))
+                print(f"pair {pair + 1}: {name:18s} wall {wall:6.1f} s, train {tps:7.0f} tokens/s, "
+                      f"peak RSS {rss:5.0f} MiB", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    med = {name: [statistics.median(col) for col in zip(*vals)] for name, vals in rows.items()}
+    base = med["plain fp32"]
+    print("\nmedians                 wall s   train tokens/s   peak RSS MiB   wall / plain fp32   tokens/s / plain fp32"
+          "   RSS / plain fp32")
+    for name, (wall, tps, rss) in med.items():
+        print(f"{name:22s} {wall:7.1f}   {tps:14.0f}   {rss:12.0f}   {wall / base[0]:17.2f}   {tps / base[1]:20.2f}"
+              f"   {rss / base[2]:16.2f}")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
+    return 0
