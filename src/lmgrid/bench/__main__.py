@@ -8,6 +8,7 @@ BENCHMARKS = {
     "lstm": "lmgrid.bench.lstm",
     "cells": "lmgrid.bench.cells",
     "startup": "lmgrid.bench.startup",
+    "archs": "lmgrid.bench.archs",
     "vs-plain": "lmgrid.bench.vs_plain",
 }
 

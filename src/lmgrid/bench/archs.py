@@ -1,0 +1,104 @@
+"""python -m lmgrid.bench archs: training and evaluation tokens/s of every architecture, fp32 and bf16-mixed.
+
+At the sizes of presets/seed_table.yaml (V = 10,000 as PTB's, width 200; LSTM, GRU and Transformer 2 layers; RNN
+1 layer; FFNN n_step 5 with a 100-wide embedding), random tokens (the speed does not depend on the data). Stream
+models: batch 20 x bptt 35 with the state carried (training), and the evaluation's 10 rows x 35 (its default
+`stream_eval_batch_size`); FFNN: windows, batch 256 (training) and 2,048 (evaluation). A training step is what
+`lmgrid train` runs per batch (lmgrid.neural.module.batch_nll, backward, gradient-norm clip, SGD); evaluation is
+forward only, as lmgrid.neural.module.evaluate. bf16-mixed is torch.autocast(cpu, bfloat16) around the forward,
+as Lightning's; recurrences stay float32 (lmgrid.models.common.fp32_recurrence). Prints one Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import torch
+
+from lmgrid.models import ModelConfig, build_model
+from lmgrid.neural.module import batch_nll
+
+# name -> (arch, impl, layers, regime)
+MODELS = {
+    "FFNN": ("ffnn", "torch", 1, "window"),
+    "RNN": ("rnn", "torch", 1, "stream"),
+    "LSTM (nn.LSTM)": ("lstm", "torch", 2, "stream"),
+    "LSTM (cell)": ("lstm", "cell", 2, "stream"),
+    "LSTM (concat)": ("lstm", "concat", 2, "stream"),
+    "GRU (nn.GRU)": ("gru", "torch", 2, "stream"),
+    "GRU (cell)": ("gru", "cell", 2, "stream"),
+    "Transformer": ("transformer", "torch", 2, "stream"),
+}
+
+
+def batches(regime: str, rows: int, args, n: int):
+    g = torch.Generator().manual_seed(0)
+    if regime == "window":
+        return [(torch.randint(0, args.vocab, (rows, 4), generator=g), torch.randint(0, args.vocab, (rows,),
+                                                                                    generator=g)) for _ in range(n)]
+    return [(torch.randint(0, args.vocab, (rows, args.bptt), generator=g),
+             torch.randint(0, args.vocab, (rows, args.bptt), generator=g)) for _ in range(n)]
+
+
+def tokens_per_s(model, data, regime: str, bf16: bool, train: bool, warmup: int) -> float:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train(train)
+    state, tokens, t0 = None, 0, None
+    for i, (x, y) in enumerate(data):
+        if i == warmup:
+            t0, tokens = time.perf_counter(), 0
+        with torch.set_grad_enabled(train), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            nll, n, state = batch_nll(model, x, y, regime, state if regime == "stream" else None)
+        if regime == "stream":
+            state = model.detach_state(state)
+        if train:
+            opt.zero_grad()
+            (nll / n).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            opt.step()
+        tokens += int(n)
+    return tokens / (time.perf_counter() - t0)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m lmgrid.bench archs", description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=30, help="timed training steps per model and precision")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--vocab", type=int, default=10000)
+    p.add_argument("--width", type=int, default=200)
+    p.add_argument("--bptt", type=int, default=35)
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {a.threads}, torch {torch.__version__}, "
+          f"V={a.vocab}, width {a.width}, {a.steps} timed steps after {a.warmup}; "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    print("| model | params | train fp32 | train bf16 | bf16/fp32 | eval fp32 | eval bf16 | eval/train (bf16) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in a.models:
+        arch, impl, layers, regime = MODELS[name]
+        ffnn = arch == "ffnn"
+        cfg = ModelConfig(arch=arch, impl=impl, vocab_size=a.vocab, layers=layers, n_step=5,
+                          emb_dim=100 if ffnn else a.width, hidden_dim=a.width, heads=4,
+                          context_len=a.bptt if arch == "transformer" else 0)
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        params = sum(q.numel() for q in model.parameters())
+        train_rows, eval_rows = (256, 2048) if ffnn else (20, 10)
+        n = a.warmup + a.steps
+        figures = {}
+        for bf16 in (False, True):
+            figures["train", bf16] = tokens_per_s(model, batches(regime, train_rows, a, n), regime, bf16, True,
+                                                  a.warmup)
+            # Evaluation steps carry fewer tokens (10 rows, or one 2,048 batch): time as many tokens as training.
+            eval_n = a.warmup + max(a.steps * train_rows // eval_rows, 5)
+            figures["eval", bf16] = tokens_per_s(model, batches(regime, eval_rows, a, eval_n), regime, bf16, False,
+                                                 a.warmup)
+        print(f"| {name} | {params / 1e6:.2f} M | {figures['train', False]:,.0f} | {figures['train', True]:,.0f} | "
+              f"{figures['train', True] / figures['train', False]:.2f} | {figures['eval', False]:,.0f} | "
+              f"{figures['eval', True]:,.0f} | {figures['eval', True] / figures['train', True]:.2f} |", flush=True)
+    print(f"\nload average now {os.getloadavg()[0]:.1f}")
+    return 0
