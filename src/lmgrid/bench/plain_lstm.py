@@ -37,6 +37,10 @@ class LSTMLM(nn.Module):
         self.emb = nn.Embedding(vocab, width)
         self.rnn = nn.LSTM(width, width, layers, batch_first=True)
         self.out = nn.Linear(width, vocab)
+        # Embedding and output weights uniform in +-0.1, output bias 0: the usual LM initialisation, and lmgrid's
+        nn.init.uniform_(self.emb.weight, -0.1, 0.1)
+        nn.init.uniform_(self.out.weight, -0.1, 0.1)
+        nn.init.zeros_(self.out.bias)
 
     def forward(self, x, state):
         h, state = self.rnn(self.emb(x), state)
