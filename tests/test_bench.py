@@ -22,11 +22,11 @@ def test_archs_bench_reports_every_architecture(capsys):
 
 
 def test_plain_script_trains_and_scores(tmp_path):
-    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
+    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 60
     for split in ("train", "valid", "test"):
         (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
     r = subprocess.run([sys.executable, "-m", "lmgrid.bench.plain_lstm", "--lines", "0", "--width", "8",
-                        "--layers", "1", "--batch", "4", "--bptt", "5", "--lr", "1", "--threads", "1",
+                        "--layers", "1", "--batch", "4", "--bptt", "5", "--lr", "20", "--threads", "1",
                         *[a for s in ("train", "valid", "test") for a in (f"--{s}", str(tmp_path / f"ptb.{s}.txt"))]],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
