@@ -45,7 +45,7 @@ def reference_table(rows: list[dict], metrics_paths: list[str]) -> pd.DataFrame:
                     "params": first.get("params"), "epochs": " ".join(str(m.get("epochs", "")) for m in hits),
                     "stopped_because": " ".join(sorted({str(m.get("stopped_because", "")) for m in hits})),
                     "train_wall_s": sum(m.get("wall_s", 0.0) for m in hits) / len(hits),
-                    "hardware": f"{first.get('device', '')}, {first.get('precision', '')}",
+                    "hardware": ", ".join(str(first[k]) for k in ("device", "precision") if first.get(k)) or "cpu",
                     "difference": test.mean() - ref["published_test_ppl"]})
     return pd.DataFrame(out, columns=COLUMNS)
 
