@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import LmgridError, atomic_write
 from ..ppl import BOS, EOS, PAD, UNK
 from .estimate import Backoff
+from .store import Appender
 
 LOG10E = 1 / np.log(10)
 NEG_INF_LOG10 = -99.0
@@ -80,40 +81,6 @@ def _write_lines(fh, buf: bytearray, tokens: tuple[np.ndarray, np.ndarray], cols
         fh.write(buf[:used].translate(None, b"\0"))  # drop the NUL padding (C speed)
 
 
-class _Rows:
-    """Order 1's word column: row r is word r."""
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-    def read(self, lo: int, hi: int) -> list[np.ndarray]:
-        return [np.arange(lo, hi, dtype=self.dtype)]
-
-
-class _WordColumns:
-    """The word columns (w1 .. wk) of one order's rows, appended slice by slice to raw files and read back by row
-    range.  The next order needs them to spell its n-grams' prefixes; its keys are sorted, so one slice's prefix
-    rows (key // v) are a contiguous range of this order's rows, and no order's columns are held in memory whole
-    (at 10 x PTB that was ~200 MiB of the 5-gram job's peak)."""
-
-    def __init__(self, folder: Path, k: int, dtype):
-        self.dtype = np.dtype(dtype)
-        self.paths = [folder / f"order{k}.w{j}" for j in range(k)]
-        self.files = [open(p, "wb") for p in self.paths]
-
-    def append(self, words: list[np.ndarray]) -> None:
-        for fh, w in zip(self.files, words):
-            np.ascontiguousarray(w, dtype=self.dtype).tofile(fh)
-
-    def close(self) -> None:
-        for fh in self.files:
-            fh.close()
-
-    def read(self, lo: int, hi: int) -> list[np.ndarray]:
-        return [np.fromfile(p, dtype=self.dtype, count=hi - lo, offset=lo * self.dtype.itemsize)
-                for p in self.paths]
-
-
 def write(path: str | Path, model, tokens: list[str]) -> None:
     """Write a model (`Backoff`, or its `Tables`, in memory or on disk) as ARPA text.  Orders are read
     in slices; each slice's n-grams are spelt from the word columns of their prefix rows (previous order, on
@@ -132,24 +99,28 @@ def write(path: str | Path, model, tokens: list[str]) -> None:
         fh.write(b"\n\\1-grams:\n")
         bow = t.dense("bow1")[keep] * LOG10E if t.order > 1 else None
         _write_lines(fh, buf, tok, [np.arange(v, dtype=width)[keep]], t.dense("logp1")[keep] * LOG10E, bow)
-        prev = _Rows(width)
+        cols = None  # the previous order's word columns w0..w{k-2} (Tables on disk); order 1: row r is word r
         for k in range(2, t.order + 1):
             fh.write(f"\n\\{k}-grams:\n".encode())
             top = k == t.order
-            new = None if top else _WordColumns(Path(tmp), k, width)
+            # This order's word columns, for the next order's prefixes: appended to raw files, never held whole
+            # (at 10 x PTB that was ~200 MiB of the 5-gram job's peak). The next order's keys are sorted, so one of
+            # its slices needs only a contiguous range of these rows (its prefix rows, key // v).
+            out = None if top else Appender(Path(tmp) / f"order{k}")
             for _, s in t.slices(k, ("keys", "logp") + (() if top else ("bow",)), v, whole_contexts=False):
                 if not s["keys"].size:
                     continue
-                prefix = s["keys"] // v  # sorted: rows prefix[0] .. prefix[-1] of the previous order
-                first = int(prefix[0])
-                rel = prefix - first
-                words = [c[rel] for c in prev.read(first, int(prefix[-1]) + 1)] + [(s["keys"] % v).astype(width)]
+                prefix = s["keys"] // v
+                lo, hi = int(prefix[0]), int(prefix[-1]) + 1
+                prev = [np.arange(lo, hi, dtype=width)] if cols is None else [cols.read(f"w{j}", lo, hi)
+                                                                              for j in range(k - 1)]
+                words = [c[prefix - lo] for c in prev] + [(s["keys"] % v).astype(width)]
                 _write_lines(fh, buf, tok, words, s["logp"] * LOG10E, None if top else s["bow"] * LOG10E)
-                if new is not None:
-                    new.append(words)
-            if new is not None:
-                new.close()
-            prev = new
+                if out is not None:
+                    for j, w in enumerate(words):
+                        out.append(f"w{j}", w)
+            if out is not None:
+                cols = out.tables()
         fh.write(b"\n\\end\\\n")
 
 
