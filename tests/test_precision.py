@@ -43,3 +43,21 @@ def test_bf16_mixed_trains_on_this_cpu_and_says_so(tmp_path, arch):
     fp32, _ = train(corpus, tmp_path / "fp32", arch=arch, precision="32-true", epochs=1, **extra)
     # Same seed and batches: the bf16 run is a rounding of the fp32 one, not another model.
     assert metrics["test"]["ppl"] == pytest.approx(fp32["test"]["ppl"], rel=0.05)
+
+
+@pytest.mark.skipif(not NATIVE, reason="this CPU has no avx512_bf16 or amx_bf16")
+def test_a_bf16_model_scores_again_to_its_test_ppl(tmp_path):
+    """A bf16-mixed run scores valid and test in its own precision and model.ckpt records it, so `lmgrid score`
+    (lmgrid.lm) rescoring the test split gives the run's test_ppl.  Kills: the final scoring left in fp32 (seen
+    failing with train.py's autocast forced to 32-true), and the precision not saved with the model, i.e. the model
+    rescored in fp32 (the negative control below: it misses test_ppl at 1e-6)."""
+    from lmgrid.lm import load, score_file
+
+    corpus = tiny_corpus(tmp_path)
+    metrics, run_dir = train(corpus, tmp_path, arch="lstm", precision="bf16-mixed", epochs=1)
+    model = load(run_dir)
+    assert model.precision == "bf16-mixed"
+    test_ppl = metrics["test"]["ppl"]
+    assert score_file(model, corpus["paths"]["test"])["ppl"] == pytest.approx(test_ppl, rel=1e-6)
+    model.precision = "32-true"
+    assert score_file(model, corpus["paths"]["test"])["ppl"] != pytest.approx(test_ppl, rel=1e-6)
