@@ -243,6 +243,39 @@ def test_gate_trend_and_means_match_an_independent_computation(built):
             assert m["ci_high"] == pytest.approx(statistics.fmean(vals) + half, rel=1e-4, abs=1e-6)
 
 
+def _slope(xs, ys):
+    """Least-squares slope by its definition: covariance over variance of x."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def test_gate_slope_is_per_seed_with_an_interval_over_seeds(built):
+    """The trend table's slope: each seed's least-squares slope of gate mean on n_step, then the mean and 95% t
+    interval over seeds, recomputed here from the runs' gates.csv. Negative control: the pooled fit over all runs
+    (runs of one seed counted as independent) gives another interval, which this check tells apart. Kills: a pooled
+    interval, a slope of the per-step means without seeds' spread, a missing interval."""
+    root, _ = built
+    trends = pd.read_csv(root / f"results/{CORPUS}/studies/context/gates_effect.csv")
+    keys = [k for k in expand_study(STUDIES["context"]) if k.arch == "lstm"]
+    per_seed: dict[int, list[tuple[int, float]]] = {}
+    for k in keys:
+        g = pd.read_csv(root / k.run_dir(CORPUS) / "gates.csv")
+        row = g[(g["scope"] == "all") & (g["gate"] == "i") & (g["layer"] == 0)]
+        per_seed.setdefault(k.seed, []).append((k.n_step, float(row["mean"].iloc[0])))
+    slopes = [_slope(*zip(*pts)) for pts in per_seed.values()]
+    assert len(slopes) == 3
+    half = stats.t.ppf(0.975, len(slopes) - 1) * statistics.stdev(slopes) / math.sqrt(len(slopes))
+    row = trends[(trends["gate"] == "i") & (trends["model"] == "lstm")].iloc[0]
+    ours = (row["slope_per_nstep"], row["slope_ci_low"], row["slope_ci_high"])
+    expected = (statistics.fmean(slopes), statistics.fmean(slopes) - half, statistics.fmean(slopes) + half)
+    assert ours == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    xs, ys = zip(*(p for pts in per_seed.values() for p in pts))
+    pooled = stats.linregress(xs, ys)
+    pooled_half = stats.t.ppf(0.975, len(xs) - 2) * pooled.stderr
+    assert pooled.slope == pytest.approx(expected[0], rel=1e-6)  # balanced design: the same point estimate...
+    assert (pooled.slope - pooled_half, pooled.slope + pooled_half) != pytest.approx(expected[1:], rel=1e-3)  # ...not the same interval
+
+
 def test_figures_are_pdf_and_png(built):
     root, _ = built
     d = root / f"results/{CORPUS}/studies/context"

@@ -13,6 +13,10 @@ Gate values come from gates.csv (scope `all`, window regime), which holds only g
   - each n_step against the next: the difference of mean gate values with a 95% Welch interval over seeds
     (scipy.stats.ttest_ind(equal_var=False)); a shape whose steps go up somewhere and down elsewhere, each interval
     excluding 0, is called `non-monotone` whatever tau says.
+  - the slope, the question's own number ("does the mean rise as the window grows, and by how much?"): each seed's
+    least-squares slope of its runs' gate means on n_step (gate-mean units per context word), then the mean of
+    those slopes with the 95% t interval over seeds (df = seeds - 1). Seeds are the independent replicates; a
+    pooled fit over all runs would treat the n_steps of one seed as independent and give a narrower interval.
 * `impl_differences`: the same architecture's implementations (same seed = same initial weights, see
   lmgrid.models) compared on test PPL, paired by seed: mean difference and 95% t interval; a difference is
   claimed only when the interval excludes 0.
@@ -71,6 +75,16 @@ def _step_change(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
     return diff, float(ci.low), float(ci.high)
 
 
+def seed_slopes(g: pd.DataFrame) -> pd.Series:
+    """Per seed, the least-squares slope of the runs' gate means on n_step (seeds with fewer than 2 n_steps have
+    none)."""
+    def slope(s: pd.DataFrame) -> float:
+        if s["n_step"].nunique() < 2:
+            return math.nan
+        return float(stats.linregress(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)).slope)
+    return g.groupby("seed")[["n_step", "mean"]].apply(slope).dropna()
+
+
 def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
     df = _gate_rows(gates)
     rows = []
@@ -93,13 +107,17 @@ def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
         else:
             direction = "no monotone trend"
         by_step = g.groupby("n_step")["mean"].mean()
+        slopes = seed_slopes(g)
+        slope_lo, slope_hi = _t_interval(slopes)
         rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate,
                      "n_steps": " ".join(map(str, steps)), "seeds": int(g["seed"].nunique()), "runs": len(g),
                      "gate_mean_first": float(by_step.iloc[0]), "gate_mean_last": float(by_step.iloc[-1]),
+                     "slope_per_nstep": float(slopes.mean()) if len(slopes) else math.nan,
+                     "slope_ci_low": slope_lo, "slope_ci_high": slope_hi,
                      "kendall_tau": tau, "p_value": p, "step_changes": "; ".join(changes), "direction": direction})
     return pd.DataFrame(rows, columns=["model", "layers", "layer", "gate", "n_steps", "seeds", "runs",
-                                       "gate_mean_first", "gate_mean_last", "kendall_tau", "p_value", "step_changes",
-                                       "direction"])
+                                       "gate_mean_first", "gate_mean_last", "slope_per_nstep", "slope_ci_low",
+                                       "slope_ci_high", "kendall_tau", "p_value", "step_changes", "direction"])
 
 
 def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFrame:

@@ -19,6 +19,8 @@ from . import effects, names
 from .tables import fit_latex, html_page, latex_escape, plain_width
 
 PCT = int(effects.CONFIDENCE * 100)
+SLOPE_METHOD = (f"slope: each seed's least-squares slope of its runs' gate means on n_step (per context word), "
+                f"mean over seeds with its {PCT}% t interval over seeds")
 TREND_METHOD = ("Kendall's tau-b between n_step and each run's gate mean over all runs (a rank trend test for "
                 f"ordered groups), two-sided, level {effects.ALPHA:g}; each n_step against the next: difference of "
                 f"the means with its {PCT}% Welch interval over seeds")
@@ -84,16 +86,19 @@ def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths) 
         "layer": trends["layer"] + 1,
         "mean at first → last n_step": [f"{a:.3f} → {b:.3f}" for a, b in zip(trends["gate_mean_first"],
                                                                              trends["gate_mean_last"])],
+        f"slope per n_step, {PCT}% CI": [f"{m:+.4f} {_ci(lo, hi, '+.4f')}" for m, lo, hi in zip(
+            trends["slope_per_nstep"], trends["slope_ci_low"], trends["slope_ci_high"])],
         "τ": trends["kendall_tau"].map(lambda v: f"{v:+.2f}"), "p": trends["p_value"].map(lambda v: f"{v:.3f}"),
         f"step changes, {PCT}% CI": trends["step_changes"],
-    })[["model", "layer", "gate", "seeds", "n_steps", "mean at first → last n_step", "τ", "p",
+    })[["model", "layer", "gate", "seeds", "n_steps", "mean at first → last n_step", f"slope per n_step, {PCT}% CI",
+        "τ", "p",
         f"step changes, {PCT}% CI", "direction"]]
     title = f"Gate means against n_step, study {name}"
-    note = (f"Gate values that have an effect only (docs/contracts.md). Trend: {TREND_METHOD}. Layers count "
-            "from 1.")
+    note = (f"Gate values that have an effect only (docs/contracts.md). {SLOPE_METHOD[0].upper()}{SLOPE_METHOD[1:]}. "
+            f"Trend: {TREND_METHOD}. Layers count from 1.")
     # LaTeX: the trend (first → last, tau, p, direction) and the step changes as two tables, each a column wide.
     trend_tex = show.drop(columns=[f"step changes, {PCT}% CI"]).rename(columns={
-        "mean at first → last n_step": "first → last", "n_steps": "n_step"})
+        "mean at first → last n_step": "first → last", "n_steps": "n_step", f"slope per n_step, {PCT}% CI": "slope"})
     tex_parts = [(trend_tex, f"{title}: the trend. {note} first → last: the mean at the first and the last n_step.",
                   f"tab:{name}-gate-trends"),
                  (_step_rows(trends), f"{title}: each n_step against the next, the difference of the means (Δ mean) "
@@ -117,7 +122,8 @@ def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
         m = means[(means["model"] == t["model"]) & (means["layer"] == t["layer"]) & (means["gate"] == t["gate"])]
         per_step = ", ".join(f"{int(r.n_step)}: {r.mean:.3f} {_ci(r.ci_low, r.ci_high, '.3f')}" for r in m.itertuples())
         out.append(f"- **{names.display(t['model'])}, layer {int(t['layer']) + 1}, gate {t['gate']}**: {t['direction']} "
-                   f"(τ = {t['kendall_tau']:+.2f}, p = {t['p_value']:.3f}, {t['runs']} runs over {t['seeds']} seeds). "
+                   f"(slope {t['slope_per_nstep']:+.4f} per n_step {_ci(t['slope_ci_low'], t['slope_ci_high'], '+.4f')}; "
+                   f"τ = {t['kendall_tau']:+.2f}, p = {t['p_value']:.3f}, {t['runs']} runs over {t['seeds']} seeds). "
                    f"Means per n_step: {per_step}. Steps: {t['step_changes']}.")
     return out
 
@@ -162,7 +168,7 @@ def write_findings(name: str, runs: pd.DataFrame, trends: pd.DataFrame | None, m
         lines += ["", "**Implementations** (same seed = same initial weights; a difference is claimed only when "
                   "its interval excludes 0):"] + _impl_sentences(diffs)
     if trends is not None and len(trends):
-        lines += ["", f"**Gates against n_step** ({TREND_METHOD}):"] + _gate_sentences(trends, means)
+        lines += ["", f"**Gates against n_step** ({SLOPE_METHOD}; trend: {TREND_METHOD}):"] + _gate_sentences(trends, means)
     text = "\n".join(lines) + "\n"
     with atomic_write(md_path) as fh:
         fh.write(text)
