@@ -214,7 +214,7 @@ def _tau_b(xs, ys):
 
 
 def test_gate_trend_and_means_match_an_independent_computation(built):
-    """The trend table's tau and direction, and the per-n_step means with t intervals, recomputed here from the
+    """The trend table's tau and direction (rises/falls as the slope over seeds says), and the per-n_step means with t intervals, recomputed here from the
     runs' gates.csv by their definitions. Kills: means over seeds weighted wrongly, tau over per-step means
     instead of runs, a missing interval."""
     root, _ = built
@@ -274,6 +274,21 @@ def test_gate_slope_is_per_seed_with_an_interval_over_seeds(built):
     pooled_half = stats.t.ppf(0.975, len(xs) - 2) * pooled.stderr
     assert pooled.slope == pytest.approx(expected[0], rel=1e-6)  # balanced design: the same point estimate...
     assert (pooled.slope - pooled_half, pooled.slope + pooled_half) != pytest.approx(expected[1:], rel=1e-3)  # ...not the same interval
+
+
+def test_gate_direction_follows_the_slope_interval(built):
+    """A gate `rises` / `falls` when its slope's interval over seeds excludes 0 (unless its steps go both ways),
+    whatever Kendall's tau says. Negative control: the fixture holds a gate whose tau is not significant while its
+    slope interval excludes 0, so the direction taken from tau (the rule this replaced) fails here."""
+    root, _ = built
+    trends = pd.read_csv(root / f"results/{CORPUS}/studies/context/gates_effect.csv")
+    for t in trends.itertuples():
+        expected = ("non-monotone" if t.direction == "non-monotone" else "rises" if t.slope_ci_low > 0
+                    else "falls" if t.slope_ci_high < 0 else "no clear trend")
+        assert t.direction == expected, t
+    by_tau = trends["p_value"].map(lambda p: p < 0.05)
+    by_slope = (trends["slope_ci_low"] > 0) | (trends["slope_ci_high"] < 0)
+    assert (by_slope & ~by_tau).any(), "the fixture no longer separates the slope rule from the tau rule"
 
 
 def test_figures_are_pdf_and_png(built):

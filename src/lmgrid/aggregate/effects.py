@@ -5,18 +5,20 @@ Gate values come from gates.csv (scope `all`, window regime), which holds only g
 
 * `gate_means_by_nstep`: per model, layer, gate and n_step, the mean over seeds of each run's gate mean, with the
   95% t interval over seeds (df = seeds - 1; none with one seed).
-* `gate_trends`: does the gate mean change with n_step?  With a handful of n_step values and a possibly
-  non-monotone shape a straight line is the wrong model, so two rank/pairwise tools are used instead:
+* `gate_trends`: does the gate mean change with n_step, and by how much?
+  - the slope answers the question as asked ("does the mean rise as the window grows?"): each seed's least-squares
+    slope of its runs' gate means on n_step (gate-mean units per context word), then the mean of those slopes with
+    the 95% t interval over seeds (df = seeds - 1). Seeds are the independent replicates; a pooled fit over all
+    runs would count the n_steps of one seed as independent and give a narrower interval. `rises` / `falls` when
+    the interval excludes 0, else `no clear trend`;
+  - with a handful of n_step values the shape need not be a line, so each n_step is also set against the next:
+    the difference of mean gate values with a 95% Welch interval over seeds (scipy.stats.ttest_ind(
+    equal_var=False)); a shape whose steps go up somewhere and down elsewhere, each interval excluding 0, is
+    called `non-monotone` whatever the slope says;
   - Kendall's tau-b between n_step and the runs' gate means, over every run (seeds x n_steps), with its two-sided
     p-value (scipy.stats.kendalltau; ties in n_step make it the Jonckheere-Terpstra-type trend test for ordered
-    groups).  `rises` / `falls` only when p < 0.05, else `no monotone trend`;
-  - each n_step against the next: the difference of mean gate values with a 95% Welch interval over seeds
-    (scipy.stats.ttest_ind(equal_var=False)); a shape whose steps go up somewhere and down elsewhere, each interval
-    excluding 0, is called `non-monotone` whatever tau says.
-  - the slope, the question's own number ("does the mean rise as the window grows, and by how much?"): each seed's
-    least-squares slope of its runs' gate means on n_step (gate-mean units per context word), then the mean of
-    those slopes with the 95% t interval over seeds (df = seeds - 1). Seeds are the independent replicates; a
-    pooled fit over all runs would treat the n_steps of one seed as independent and give a narrower interval.
+    groups), is reported beside them as a rank check, and decides the direction only for a single seed (no
+    interval over seeds): `rises` / `falls` when p < 0.05, else `no monotone trend`.
 * `impl_differences`: the same architecture's implementations (same seed = same initial weights, see
   lmgrid.models) compared on test PPL, paired by seed: mean difference and 95% t interval; a difference is
   claimed only when the interval excludes 0.
@@ -100,15 +102,17 @@ def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
             changes.append(f"{a}→{b}: {diff:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else ""))
             ups += lo > 0
             downs += hi < 0
+        slopes = seed_slopes(g)
+        slope_lo, slope_hi = _t_interval(slopes)
         if ups and downs:
             direction = "non-monotone"
+        elif not math.isnan(slope_lo):
+            direction = "rises" if slope_lo > 0 else "falls" if slope_hi < 0 else "no clear trend"
         elif not math.isnan(p) and p < ALPHA:
             direction = "rises" if tau > 0 else "falls"
         else:
             direction = "no monotone trend"
         by_step = g.groupby("n_step")["mean"].mean()
-        slopes = seed_slopes(g)
-        slope_lo, slope_hi = _t_interval(slopes)
         rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate,
                      "n_steps": " ".join(map(str, steps)), "seeds": int(g["seed"].nunique()), "runs": len(g),
                      "gate_mean_first": float(by_step.iloc[0]), "gate_mean_last": float(by_step.iloc[-1]),

@@ -20,10 +20,11 @@ from .tables import fit_latex, html_page, latex_escape, plain_width
 
 PCT = int(effects.CONFIDENCE * 100)
 SLOPE_METHOD = (f"slope: each seed's least-squares slope of its runs' gate means on n_step (per context word), "
-                f"mean over seeds with its {PCT}% t interval over seeds")
+                f"mean over seeds with its {PCT}% t interval over seeds; rises / falls when the interval excludes 0")
 TREND_METHOD = ("Kendall's tau-b between n_step and each run's gate mean over all runs (a rank trend test for "
-                f"ordered groups), two-sided, level {effects.ALPHA:g}; each n_step against the next: difference of "
-                f"the means with its {PCT}% Welch interval over seeds")
+                f"ordered groups), two-sided, level {effects.ALPHA:g}, which decides the direction only for one seed; "
+                f"each n_step against the next: difference of the means with its {PCT}% Welch interval over seeds "
+                "(steps that rise and fall, each interval excluding 0, make a trend non-monotone)")
 
 
 def _ci(lo: float, hi: float, fmt: str = "+.3f") -> str:
