@@ -102,3 +102,23 @@ def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
     _, _, left, right, n = s.rows()
     assert n.item() == 6
     assert left.item() == 1 / 6 and right.item() == 2 / 6
+
+
+def test_the_gate_pass_runs_the_output_layer_on_one_position_only():
+    """The gate pass discards the logits, so the output layer sees one position per row (last_only), and the
+    statistics are those of the full forward. Negative control: the hook sees every position when last_only is
+    not passed, so it would catch the mutation (the gate pass scoring the whole 10,000-word layer again)."""
+    sents = short_sentences()
+    x, y = window_examples(sents, 9, BOS, EOS)
+    model = lstm()
+    seen = []
+    hook = model.head.register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0].shape[1]))
+    rows = gates.collect(model, [(x, y)], "window", "cpu", bos=BOS)
+    assert seen == [1]
+    seen.clear()
+    _, _, acts = model(x, return_gates=True)
+    assert seen == [x.shape[1]] and x.shape[1] > 1  # the negative control: without last_only, every position
+    hook.remove()
+    real = x != BOS
+    got = next(r for r in rows_by(rows, "all") if r["gate"] == "i" and r["layer"] == 0)
+    assert abs(got["mean"] - acts["i"][0][real].double().mean().item()) < 1e-9

@@ -96,7 +96,9 @@ def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         from_zero_state = regime == "window" or state is None  # every window; a stream row's first chunk
-        _, new_state, gates = model(x, state if regime == "stream" else None, return_gates=True)
+        # The logits are not used here: last_only keeps the output layer (most of a small model's cost with a
+        # 10,000-word vocabulary) to one position instead of every position of every window or chunk.
+        _, new_state, gates = model(x, state if regime == "stream" else None, return_gates=True, last_only=True)
         state = new_state
         real = real_token_mask(x, y, regime, bos)
         for name, acts in gates.items():
