@@ -259,3 +259,9 @@ def test_training_ends_on_a_plateau_after_the_last_decay(tmp_path):
     assert [float(r["lr"]) for r in csv.DictReader((run_dir / "log.csv").open())] == pytest.approx(lrs)
     # The reported PPL is that of the best epoch's weights.
     assert metrics["valid"]["nll_nats"] / metrics["valid"]["tokens"] == pytest.approx(valid[best], rel=1e-6)
+    # Valid is taken from the best epoch's own validation, not scored again: the saved model scored again on valid
+    # gives the same PPL (kills: the last epoch's sums, a wrong token count); the last epoch's differs (the control).
+    rescored = lm.score_file(lm.load(run_dir), corpus["paths"]["valid"])
+    assert rescored["ppl"] == pytest.approx(metrics["valid"]["ppl"], rel=1e-6)
+    assert rescored["tokens"] == metrics["valid"]["tokens"]
+    assert math.exp(valid[-1]) != pytest.approx(rescored["ppl"], rel=1e-4)

@@ -59,5 +59,8 @@ def test_a_bf16_model_scores_again_to_its_test_ppl(tmp_path):
     assert model.precision == "bf16-mixed"
     test_ppl = metrics["test"]["ppl"]
     assert score_file(model, corpus["paths"]["test"])["ppl"] == pytest.approx(test_ppl, rel=1e-6)
+    # valid_ppl comes from the best epoch's validation (Lightning's bf16-mixed autocast), not a second pass: the
+    # same number as scoring again in the run's precision.
+    assert score_file(model, corpus["paths"]["valid"])["ppl"] == pytest.approx(metrics["valid"]["ppl"], rel=1e-6)
     model.precision = "32-true"
     assert score_file(model, corpus["paths"]["test"])["ppl"] != pytest.approx(test_ppl, rel=1e-6)

@@ -56,7 +56,8 @@ class EpochLog(pl.Callback):
         self.rows.append({
             "epoch": trainer.current_epoch + 1, "step": trainer.global_step,
             "train_loss": train_loss, "train_ppl": _ppl(train_loss),
-            "valid_loss": valid_loss, "valid_ppl": _ppl(valid_loss), "lr": self._lr,
+            "valid_loss": valid_loss, "valid_ppl": _ppl(valid_loss), "valid_tokens": pl_module.valid_count,
+            "lr": self._lr,
             "wall_s": round(self._wall_offset + time.time() - self._t_fit, 3),
             "train_tokens": pl_module.train_count, "train_s": self._train_s, "stopped": bool(trainer.should_stop)})
         if trainer.is_global_zero:  # under DDP every process keeps the rows (the same); one writes them

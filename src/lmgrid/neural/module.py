@@ -72,7 +72,7 @@ class LMModule(pl.LightningModule):
         self.regime = regime
         self._train_state = self._val_state = None
         self.reset_train_totals()
-        self.valid_loss = math.nan
+        self.valid_loss, self.valid_count = math.nan, 0
         self.schedule = PlateauSchedule(**(schedule or {}))
         self.max_loss_nats = DIVERGED_LOSS_FACTOR * math.log(model_config["vocab_size"])
 
@@ -205,7 +205,7 @@ class LMModule(pl.LightningModule):
         except ValueError as e:
             raise LmgridError(f"validation NLL after epoch {self.current_epoch + 1}: {e}; training diverged, lower the "
                               f"learning rate (lr={self.optimizers().param_groups[0]['lr']:g})") from None
-        self.valid_loss = loss
+        self.valid_loss, self.valid_count = loss, int(val_count)
         self.log("valid_loss", loss, prog_bar=False, logger=False)
         if not self.trainer.sanity_checking:
             # Stepped here, before the epoch's checkpoint is written (checkpoint callbacks run last), so the

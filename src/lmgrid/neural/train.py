@@ -194,12 +194,20 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     device = torch.device("cuda" if cuda else "cpu")
     model = module.model.to(device)
     metrics = {"name": key.name, **run_info}
-    eval_s = 0.0
+    rows = epoch_log.rows
+    # Valid was scored after every epoch with the batches, precision and weights (best.ckpt is that epoch's) that
+    # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
+    best_row = min(rows, key=lambda r: r["valid_loss"]) if rows and "valid_tokens" in rows[0] else None
+    eval_s, eval_tokens = 0.0, 0
     for split in ("valid", "test"):
-        t_eval = time.time()
-        with autocast(precision, device.type):
-            nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
-        eval_s += time.time() - t_eval
+        if split == "valid" and best_row is not None:
+            n = int(best_row["valid_tokens"])
+            nll = best_row["valid_loss"] * n
+        else:
+            t_eval = time.time()
+            with autocast(precision, device.type):
+                nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
+            eval_s, eval_tokens = eval_s + time.time() - t_eval, eval_tokens + n
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
         try:
@@ -207,13 +215,12 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         except ValueError as e:
             raise LmgridError(f"{split} perplexity of {key.name}: {e}; lower the learning rate") from None
         metrics[split] = {"ppl": ppl, "nll_nats": nll, "tokens": n, "oov_tokens": data.oov_tokens(split)}
-    rows = epoch_log.rows
     metrics.update({
         "params": params,
         "train_tokens_per_s": epoch_log.tokens_per_s,
-        # Scoring valid and test (forward only, eval batches): its speed, and the share of scored positions that are
-        # padding (the stream regime's row tails; windows have none).
-        "eval_tokens_per_s": (metrics["valid"]["tokens"] + metrics["test"]["tokens"]) / max(eval_s, 1e-9),
+        # Scoring test (and valid when no epoch scored it; forward only, eval batches): its speed, and the share of
+        # scored positions that are padding (the stream regime's row tails; windows have none).
+        "eval_tokens_per_s": eval_tokens / max(eval_s, 1e-9),
         "eval_padding_fraction": data.padding_fraction(("valid", "test")),
         "train_tokens": n_train,
         "epochs": len(rows),
