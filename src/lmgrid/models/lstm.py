@@ -11,7 +11,10 @@
 
 `cell` and `concat` are the same function: W [h; x] + b = W_h h + W_x x + b, so W = [W_hh | W_ih] and
 b = b_ih + b_hh maps a cell onto a concat model, and (W_hh, W_ih, b, 0) maps any concat model back. The only
-difference is the cell's redundant second bias. This is why the two train identically from mapped weights.
+difference is the cell's redundant second bias: from mapped weights the two compute the same outputs, but they
+do not train alike, because both of the cell's biases receive the bias gradient, so its effective bias b_ih + b_hh
+takes twice the step of concat's single b (SGD and Adam alike). On PTB (docs/ptb_course_report_findings.md) concat
+ended 4.5 test PPL above cell and torch over 3 paired seeds, an interval that excludes 0.
 
 Every implementation keeps the four gates' weights stacked in nn.LSTM's order (i, f, g, o) so that weights
 map between them by plain copies (`LSTMLM.copy_weights_from`), and every implementation's state is
