@@ -197,10 +197,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     rows = epoch_log.rows
     # Valid was scored after every epoch with the batches, precision and weights (best.ckpt is that epoch's) that
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
-    best_row = min(rows, key=lambda r: r["valid_loss"]) if rows and "valid_tokens" in rows[0] else None
+    best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
     eval_s, eval_tokens = 0.0, 0
     for split in ("valid", "test"):
-        if split == "valid" and best_row is not None:
+        if split == "valid" and best_row is not None and "valid_tokens" in best_row:
             n = int(best_row["valid_tokens"])
             nll = best_row["valid_loss"] * n
         else:
@@ -224,7 +224,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "eval_padding_fraction": data.padding_fraction(("valid", "test")),
         "train_tokens": n_train,
         "epochs": len(rows),
-        "best_epoch": min(rows, key=lambda r: r["valid_loss"])["epoch"] if rows else 0,
+        "best_epoch": best_row["epoch"] if best_row else 0,
         # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS) and the rate each epoch trained with.
         "stopped_because": module.schedule.stopped_because or "max_epochs",
         "lr_decays": module.schedule.decays,
