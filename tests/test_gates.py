@@ -105,7 +105,8 @@ def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
 
 
 def test_the_gate_pass_runs_the_output_layer_on_one_position_only():
-    """The gate pass discards the logits, so the output layer sees one position per row (last_only), and the
+    """In the window regime only the last position is a target, so the output layer sees one position per row
+    (last_only) in the pass that scores test and gathers the gates, and the
     statistics are those of the full forward. Negative control: the hook sees every position when last_only is
     not passed, so it would catch the mutation (the gate pass scoring the whole 10,000-word layer again)."""
     sents = short_sentences()

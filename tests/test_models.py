@@ -132,6 +132,34 @@ def test_gates_of_torch_impl_equal_gates_of_cell(arch):
         assert gates[name].min() >= lo and gates[name].max() <= 1.0
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("arch", ["lstm", "gru"])
+def test_library_gates_are_recomputed_from_each_layers_previous_output(arch, residual, monkeypatch):
+    """impl torch's gates come from each layer run alone on the fused kernel and recomputed for all steps from the
+    layer's inputs and h_{t-1}; they equal the written-out cell's step-by-step gates, layer by layer (3 layers: the
+    middle one's input is the first one's output), from a non-zero state, residual stacks included.
+    Negative control, the mutation it kills: h_t taken for h_{t-1} (previous_outputs returning the outputs
+    unshifted) makes them differ."""
+    from lmgrid.models import lstm as lstm_mod
+
+    ref = make(arch, "torch", residual=residual)
+    cell = make(arch, "cell", seed=1, residual=residual).copy_weights_from(ref)
+    x, state = tokens(14), random_state(2 if arch == "lstm" else 1)
+    state = state if arch == "lstm" else state[0]
+    with torch.no_grad():
+        want = cell(x, state, return_gates=True)[2]
+        plain_logits, plain_state, _ = ref(x, state)
+        logits, new_state, got = ref(x, state, return_gates=True)
+        torch.testing.assert_close(logits, plain_logits, **TOL)  # running layer by layer is still nn.LSTM/nn.GRU
+        torch.testing.assert_close(new_state, plain_state, **TOL)
+        for name in want:
+            assert got[name].shape == (LAYERS, B, T, HID)
+            torch.testing.assert_close(got[name], want[name], **TOL)
+        monkeypatch.setattr(lstm_mod, "previous_outputs", lambda h0, out: out)
+        broken = ref(x, state, return_gates=True)[2]
+    assert not all(torch.allclose(broken[n], want[n], **TOL) for n in want)
+
+
 def test_concat_gates_equal_cell_gates():
     cell = make("lstm", "cell")
     concat = make("lstm", "concat", seed=1).copy_weights_from(cell)

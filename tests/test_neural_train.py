@@ -106,8 +106,8 @@ def _train_with_injected_loss(tmp_path, monkeypatch, value, at_step=3, in_traini
 
     real, calls = module_mod.batch_nll, {"train": 0}
 
-    def injected(model, x, y, regime, state=None):
-        nll, n, state = real(model, x, y, regime, state)
+    def injected(model, x, y, regime, state=None, gate_stats=None):
+        nll, n, state = real(model, x, y, regime, state, gate_stats)
         if model.training:
             calls["train"] += 1
         if model.training == in_training and (calls["train"] == at_step or not in_training):
@@ -265,3 +265,66 @@ def test_training_ends_on_a_plateau_after_the_last_decay(tmp_path):
     assert rescored["ppl"] == pytest.approx(metrics["valid"]["ppl"], rel=1e-6)
     assert rescored["tokens"] == metrics["valid"]["tokens"]
     assert math.exp(valid[-1]) != pytest.approx(rescored["ppl"], rel=1e-4)
+
+
+FIT_ENDED = ("fit ended", None)
+
+
+def _test_passes(calls: list) -> list[bool]:
+    """The forward calls after training (after the marker a wrapped Trainer.fit leaves when it returns), as their
+    return_gates flags."""
+    return [gates for _, gates in calls[calls.index(FIT_ENDED) + 1:]]
+
+
+@pytest.mark.parametrize("regime", ["window", "stream"])
+def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, regime):
+    """A gated run scores test and gathers its gate statistics in one forward pass: after training, every forward
+    over test returns gates, one per test batch, and gates.csv equals what a separate gate pass (gates.collect)
+    over the saved model gives, while test NLL equals scoring without gates.
+    Negative control, the mutation it kills: scoring test, then a second pass for the gates (what train.py did
+    before), recorded the same way, fails the one-pass check."""
+    from lmgrid.models.lstm import LSTMLM
+    from lmgrid.neural import gates as gates_mod
+    from lmgrid.neural.data import LMData
+    from lmgrid.neural.model_io import load_run
+    from lmgrid.neural.module import evaluate
+    from lmgrid.vocab import Vocab
+
+    calls = []
+    forward = LSTMLM.forward
+
+    def counted(self, tokens, state=None, return_gates=False, last_only=False):
+        calls.append((self.training, return_gates))
+        return forward(self, tokens, state, return_gates, last_only)
+
+    monkeypatch.setattr(LSTMLM, "forward", counted)
+    fit = train_mod.pl.Trainer.fit
+
+    def fit_then_mark(*args, **kwargs):
+        fit(*args, **kwargs)
+        calls.append(FIT_ENDED)
+
+    monkeypatch.setattr(train_mod.pl.Trainer, "fit", fit_then_mark)
+    corpus = tiny_corpus(tmp_path)
+    metrics, run_dir = train(corpus, tmp_path, regime=regime, layers=2, epochs=1)
+    data = LMData(corpus["paths"], Vocab.load(corpus["vocab_path"]), regime, n_step=3, **{
+        k: TINY[k] for k in ("batch_size", "stream_batch_size", "bptt")})
+    data.setup()
+    n_batches = len(data.dataloader("test"))
+    one_pass = _test_passes(calls)
+    assert one_pass == [True] * n_batches
+
+    model = load_run(run_dir).model
+    bos = data.vocab.index["<s>"]
+    calls[:] = [FIT_ENDED]
+    nll, n = evaluate(model, data.dataloader("test"), regime, "cpu")
+    rows = gates_mod.collect(model, data.dataloader("test"), regime, "cpu", bos=bos)
+    assert _test_passes(calls) != [True] * n_batches  # the two-pass way is caught
+    assert n == metrics["test"]["tokens"] and nll == pytest.approx(metrics["test"]["nll_nats"], rel=1e-6)
+    on_disk = list(csv.DictReader((run_dir / "gates.csv").open()))
+    assert len(on_disk) == len(rows)
+    by_key = {(r["scope"], int(r["layer"]), r["gate"], int(r["index"])): r for r in on_disk}
+    for r in rows:
+        got = by_key[(r["scope"], r["layer"], r["gate"], r["index"])]
+        assert int(got["count"]) == r["count"]
+        assert float(got["mean"]) == pytest.approx(r["mean"], abs=1e-5)

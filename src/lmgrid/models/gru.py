@@ -5,8 +5,8 @@
 
 Note that r multiplies the hidden projection *including its bias* b_hn, so the two biases of n are not
 interchangeable (unlike the LSTM's). The hand-written cell keeps nn.GRU's parameter names and its stacked row
-order (r, z, n), so weights copy across unchanged; impl `torch` runs that cell on nn.GRU's own parameters when
-the gates are asked for, since the fused kernel does not expose them.
+order (r, z, n), so weights copy across unchanged. The fused kernel of impl `torch` does not expose its gates; when
+they are asked for, r and z are recomputed from each layer's inputs and outputs (lstm.run_library_stack_with_gates).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torch import nn
 from .common import (Embedding, OutputHead, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
-from .lstm import library_stack, run_library_stack, torch_layout
+from .lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
 
 
 def gru_step(x_proj_t, h, w_hh, b_hh):
@@ -28,6 +28,14 @@ def gru_step(x_proj_t, h, w_hh, b_hh):
     z = torch.sigmoid(xz + hz)
     n = torch.tanh(xn + r * hn)
     return (1 - z) * n + z * h, z, r
+
+
+def gru_gates_of(x, h_prev, weights) -> dict:
+    """z and r at every step of one layer from its inputs x [B, T, in] and h_{t-1} [B, T, H]."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    xr, xz, _ = F.linear(x, w_ih, b_ih).chunk(3, -1)
+    hr, hz, _ = F.linear(h_prev, w_hh, b_hh).chunk(3, -1)
+    return {"z": torch.sigmoid(xz + hz), "r": torch.sigmoid(xr + hr)}
 
 
 def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=False, residual=False):
@@ -112,9 +120,10 @@ class GRULM(nn.Module):
             gates = None
             if isinstance(self.rnn, (nn.GRU, nn.ModuleList)):
                 between = self.cfg.dropout if self.cfg.layers > 1 else 0.0
-                if return_gates:
-                    out, state, gates = gru_cell_forward(x, state, self.torch_layout(), between, self.training, True,
-                                                         residual=self.cfg.residual)
+                if return_gates:  # the fused kernel hides its gates: recomputed from each layer's inputs and outputs
+                    out, state, gates = run_library_stack_with_gates(self.rnn, x, state, self.torch_layout(),
+                                                                     gru_gates_of, between, self.training,
+                                                                     self.cfg.residual)
                 else:
                     out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:

@@ -168,6 +168,64 @@ def torch_layout(module: nn.Module, layers: int):
     return [tuple(getattr(module, f"{n}_l{k}") for n in names) for k in range(layers)]
 
 
+_ONE_LAYER: dict = {}
+
+
+def _one_layer_fn(rnn, k: int, weights):
+    """Layer k of library_stack's module as its own call, `(x, state_k) -> (out, state_k)`, still on the fused
+    kernel: a residual stack's own one-layer module, or a fused multi-layer module's layer-k weights run through a
+    one-layer module of the same class by torch.func.functional_call (no copy, gradients reach the weights). The
+    one-layer module is a shape template, built once per (class, sizes) with its init draws discarded."""
+    if isinstance(rnn, nn.ModuleList):
+        return rnn[k]
+    w_ih, w_hh, b_ih, b_hh = weights[k]
+    key = (type(rnn), w_ih.shape[1], rnn.hidden_size)
+    if key not in _ONE_LAYER:
+        with construction_draws_discarded():
+            _ONE_LAYER[key] = type(rnn)(w_ih.shape[1], rnn.hidden_size, 1, batch_first=True)
+    params = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih, "bias_hh_l0": b_hh}
+    return lambda x, s: torch.func.functional_call(_ONE_LAYER[key], params, (x, s))
+
+
+def previous_outputs(h0: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """h_{t-1} for every step t of a layer: its initial state [B, H] followed by its outputs [B, T, H] but the last."""
+    return torch.cat([h0.unsqueeze(1), out[:, :-1]], 1)
+
+
+def run_library_stack_with_gates(rnn, x, state, weights, gates_of, dropout: float, training: bool, residual: bool):
+    """library_stack's forward that also returns every layer's gates, without a Python loop over time.
+
+    A gate at step t is a function of the layer's input x_t and its previous output h_{t-1} alone (for the LSTM
+    z_t = W_ih x_t + b_ih + W_hh h_{t-1} + b_hh; the GRU's r and z likewise), and the fused kernel returns every
+    h_t of the layer it runs. So each layer runs on its own through the fused kernel, and its gates are then
+    `gates_of(x_k, h_prev, weights_k)` for all steps at once: two matmuls instead of T cell steps, the same
+    function as the written-out equations (models/lstm.py, gru.py) to float rounding.
+    Returns the last layer's output, the new state (as the fused module returns it) and
+    {gate: [layers, B, T, H]}."""
+    pair = isinstance(state, tuple)
+    per_layer_gates = []
+
+    def layer(k, x_k):
+        s = tuple(t[k:k + 1] for t in state) if pair else state[k:k + 1]
+        out, s = _one_layer_fn(rnn, k, weights)(x_k, s)
+        h0_k = state[0][k] if pair else state[k]  # the LSTM's h of (h, c); the GRU's h
+        per_layer_gates.append(gates_of(x_k, previous_outputs(h0_k, out), weights[k]))
+        return out, s
+
+    out, per_layer = stack_layers(x, len(weights), layer, dropout, training, residual)
+    states = [s for (s,) in per_layer]
+    new_state = tuple(torch.cat(parts) for parts in zip(*states)) if pair else torch.cat(states)
+    gates = {name: torch.stack([g[name] for g in per_layer_gates]) for name in per_layer_gates[0]}
+    return out, new_state, gates
+
+
+def lstm_gates_of(x, h_prev, weights) -> dict:
+    """i, f, g, o at every step of one layer from its inputs x [B, T, in] and h_{t-1} [B, T, H]."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    i, f, g, o = (F.linear(x, w_ih, b_ih) + F.linear(h_prev, w_hh, b_hh)).chunk(4, -1)
+    return {"i": torch.sigmoid(i), "f": torch.sigmoid(f), "g": torch.tanh(g), "o": torch.sigmoid(o)}
+
+
 def library_stack(cls, input_size: int, hidden: int, layers: int, dropout: float, residual: bool, **kw):
     """PyTorch's fused multi-layer RNN/LSTM/GRU, or with `residual` one single-layer module per layer (the fused
     kernel has no place to add a layer's input to its output); either way torch_layout reads its weights."""
@@ -255,10 +313,10 @@ class LSTMLM(nn.Module):
             if isinstance(self.rnn, (nn.LSTM, nn.ModuleList)):
                 between = self.cfg.dropout if self.cfg.layers > 1 else 0.0
                 if return_gates:
-                    # The fused kernel hides its gates: run the docs' equations on nn.LSTM's own parameters instead
-                    # (the same function, so the outputs agree with nn.LSTM's to float rounding).
-                    out, state, gates = cell_forward(x, state, self.torch_layout(), between, self.training, True,
-                                                     residual=self.cfg.residual)
+                    # The fused kernel hides its gates: recompute them from each layer's inputs and outputs.
+                    out, state, gates = run_library_stack_with_gates(self.rnn, x, state, self.torch_layout(),
+                                                                     lstm_gates_of, between, self.training,
+                                                                     self.cfg.residual)
                 else:
                     out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:

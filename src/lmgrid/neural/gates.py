@@ -18,7 +18,8 @@ What counts (docs/contracts.md, "gates.csv"):
 Saturation (after Karpathy, Johnson & Fei-Fei 2015, "Visualizing and Understanding Recurrent Networks"): a
 sigmoid gate (i, f, o, z, r; range 0..1) is left-saturated below 0.1 and right-saturated above 0.9; the tanh
 candidate g (range -1..1) is left-saturated below -0.9 and right-saturated above 0.9, i.e. |g| > 0.9.
-Sums are accumulated in float64 on the model's device over the whole split, and copied to the host once.
+Sums are accumulated in float64 on the model's device over the whole split, and copied to the host once.  They are
+taken in the pass that scores the test split (module.evaluate), not in a second pass over it.
 """
 from __future__ import annotations
 
@@ -86,50 +87,61 @@ def effect_mask(gate: str, real: torch.Tensor, from_zero_state: bool) -> torch.T
     return mask
 
 
-@torch.no_grad()
-def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
-    """gates.csv rows for `model` over `batches` (inputs, targets) of the test split; `bos` is the <s> id."""
-    model.eval()
-    per_unit: dict[str, _Sums] = {}
-    per_pos: dict[str, _Sums] = {}
-    state = None
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
-        from_zero_state = regime == "window" or state is None  # every window; a stream row's first chunk
-        # The logits are not used here: last_only keeps the output layer (most of a small model's cost with a
-        # 10,000-word vocabulary) to one position instead of every position of every window or chunk.
-        _, new_state, gates = model(x, state if regime == "stream" else None, return_gates=True, last_only=True)
-        state = new_state
-        real = real_token_mask(x, y, regime, bos)
+class GateStats:
+    """The gates.csv sums of one pass over a split, fed batch by batch (`add`) by the pass that scores it
+    (module.evaluate with `gate_stats`): test NLL and gate statistics then come from one forward pass."""
+
+    def __init__(self, regime: str, bos: int):
+        self.regime, self.bos = regime, bos
+        self.per_unit: dict[str, _Sums] = {}
+        self.per_pos: dict[str, _Sums] = {}
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, gates: dict, from_zero_state: bool) -> None:
+        """One batch's gates {name: [L, B, T, H]} for inputs x and targets y [B, T]; `from_zero_state`: the batch
+        started from the zero state (every window; a stream row's first chunk)."""
+        real = real_token_mask(x, y, self.regime, self.bos)
         for name, acts in gates.items():
             weight = effect_mask(name, real, from_zero_state)[None, :, :, None]  # [1, B, T, 1] vs [L, B, T, H]
-            per_unit.setdefault(name, _Sums(name)).add(acts, weight, (1, 2))  # -> [L, H]
-            if regime == "window":
-                per_pos.setdefault(name, _Sums(name)).add(acts, weight, (1, 3))  # -> [L, T]
-    rows = []
-    for name, sums in per_unit.items():
-        s, s2, lo, hi, n = sums.cpu().parts
-        mean_u, std_u, lo_u, hi_u, n_u = sums.rows()
-        L, H = s.shape
-        by_position = per_pos[name].cpu().rows() if name in per_pos else None
-        for layer in range(L):
-            n_all = float(n[layer].sum())
-            if n_all == 0:
-                continue  # no value of this gate has an effect here (the forget gate at n_step 2)
-            m = float(s[layer].sum()) / n_all
-            sd = max(float(s2[layer].sum()) / n_all - m * m, 0.0) ** 0.5
-            rows.append(_row("all", layer, name, -1, m, sd, float(lo[layer].sum()) / n_all,
-                             float(hi[layer].sum()) / n_all, int(n_all)))
-            if by_position is not None:
-                mean_p, std_p, lo_p, hi_p, n_p = by_position
-                for t in range(mean_p.shape[1]):
-                    if n_p[layer, t] > 0:  # count: the tokens at this position (each gives H unit values)
-                        rows.append(_row("position", layer, name, t, mean_p[layer, t], std_p[layer, t],
-                                         lo_p[layer, t], hi_p[layer, t], int(n_p[layer, t]) // H))
-            for u in range(H):
-                rows.append(_row("unit", layer, name, u, mean_u[layer, u], std_u[layer, u], lo_u[layer, u],
-                                 hi_u[layer, u], int(n_u[layer, u])))
-    return rows
+            self.per_unit.setdefault(name, _Sums(name)).add(acts, weight, (1, 2))  # -> [L, H]
+            if self.regime == "window":
+                self.per_pos.setdefault(name, _Sums(name)).add(acts, weight, (1, 3))  # -> [L, T]
+
+    def rows(self) -> list[dict]:
+        """gates.csv rows: per layer and gate over all counted values, per position (window regime), per unit."""
+        rows = []
+        for name, sums in self.per_unit.items():
+            s, s2, lo, hi, n = sums.cpu().parts
+            mean_u, std_u, lo_u, hi_u, n_u = sums.rows()
+            L, H = s.shape
+            by_position = self.per_pos[name].cpu().rows() if name in self.per_pos else None
+            for layer in range(L):
+                n_all = float(n[layer].sum())
+                if n_all == 0:
+                    continue  # no value of this gate has an effect here (the forget gate at n_step 2)
+                m = float(s[layer].sum()) / n_all
+                sd = max(float(s2[layer].sum()) / n_all - m * m, 0.0) ** 0.5
+                rows.append(_row("all", layer, name, -1, m, sd, float(lo[layer].sum()) / n_all,
+                                 float(hi[layer].sum()) / n_all, int(n_all)))
+                if by_position is not None:
+                    mean_p, std_p, lo_p, hi_p, n_p = by_position
+                    for t in range(mean_p.shape[1]):
+                        if n_p[layer, t] > 0:  # count: the tokens at this position (each gives H unit values)
+                            rows.append(_row("position", layer, name, t, mean_p[layer, t], std_p[layer, t],
+                                             lo_p[layer, t], hi_p[layer, t], int(n_p[layer, t]) // H))
+                for u in range(H):
+                    rows.append(_row("unit", layer, name, u, mean_u[layer, u], std_u[layer, u], lo_u[layer, u],
+                                     hi_u[layer, u], int(n_u[layer, u])))
+        return rows
+
+
+def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
+    """gates.csv rows for `model` over `batches` (inputs, targets) of the test split; `bos` is the <s> id.  A pass
+    of its own; a run gets them from the pass that scores test (train.py)."""
+    from .module import evaluate
+
+    stats = GateStats(regime, bos)
+    evaluate(model, batches, regime, device, gate_stats=stats)
+    return stats.rows()
 
 
 def _row(scope, layer, gate, index, mean, std, lo, hi, count) -> dict:

@@ -29,15 +29,19 @@ from .schedule import PlateauSchedule
 DIVERGED_LOSS_FACTOR = 3.0
 
 
-def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
+def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None, gate_stats=None):
     """(sum of NLL in nats over the counted targets, their count, the model's new state).
 
     window: x [B, n_step-1], y [B]; the target is predicted at the last position of its window (state None:
     every window starts from zero). stream: x, y [B, T]; every non-IGNORE position is a target.
+    gate_stats (gates.GateStats): the same forward also returns the gates, which are added to it.
     """
     # In a window only the last position is a target: the output layer (the costliest part of a small model
     # with a large vocabulary) runs on that position alone.
-    logits, state, _ = model(x, state, last_only=regime == "window")
+    logits, new_state, gates = model(x, state, last_only=regime == "window", return_gates=gate_stats is not None)
+    if gate_stats is not None:
+        gate_stats.add(x, y, gates, from_zero_state=regime == "window" or state is None)
+    state = new_state
     if regime == "window":
         logits = logits[:, -1]
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
@@ -46,16 +50,18 @@ def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None):
 
 
 @torch.no_grad()
-def evaluate(model, batches, regime: str, device) -> tuple[float, int]:
+def evaluate(model, batches, regime: str, device, gate_stats=None) -> tuple[float, int]:
     """Total NLL (nats) and counted tokens over a split's batches, in order, state carried in stream mode.
-    The sums stay on the device until the end: no host synchronisation per batch."""
+    The sums stay on the device until the end: no host synchronisation per batch.  With gate_stats
+    (gates.GateStats) the same pass also gathers the gate statistics."""
     was_training = model.training
     model.eval()
     total = torch.zeros((), dtype=torch.float64, device=device)
     count = torch.zeros((), dtype=torch.int64, device=device)
     state = None
     for x, y in batches:
-        nll, n, state = batch_nll(model, x.to(device), y.to(device), regime, state if regime == "stream" else None)
+        nll, n, state = batch_nll(model, x.to(device), y.to(device), regime, state if regime == "stream" else None,
+                                  gate_stats)
         total += nll
         count += n
     model.train(was_training)

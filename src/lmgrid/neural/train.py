@@ -199,6 +199,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
     best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
     eval_s, eval_tokens = 0.0, 0
+    # The gate statistics of a gated run are gathered by the forward pass that scores test (gates.GateStats).
+    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in gates_mod.GATED_ARCHS else None
     for split in ("valid", "test"):
         if split == "valid" and best_row is not None and "valid_tokens" in best_row:
             n = int(best_row["valid_tokens"])
@@ -206,7 +208,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         else:
             t_eval = time.time()
             with autocast(precision, device.type):
-                nll, n = evaluate(model, data.dataloader(split, device=device), regime, device)
+                nll, n = evaluate(model, data.dataloader(split, device=device), regime, device,
+                                  gate_stats if split == "test" else None)
             eval_s, eval_tokens = eval_s + time.time() - t_eval, eval_tokens + n
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
@@ -218,8 +221,9 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     metrics.update({
         "params": params,
         "train_tokens_per_s": epoch_log.tokens_per_s,
-        # Scoring test (and valid when no epoch scored it; forward only, eval batches): its speed, and the share of
-        # scored positions that are padding (the stream regime's row tails; windows have none).
+        # Scoring test (and valid when no epoch scored it; forward only, eval batches; for lstm and gru with the
+        # gate statistics gathered in the same pass): its speed, and the share of scored positions that are padding
+        # (the stream regime's row tails; windows have none).
         "eval_tokens_per_s": eval_tokens / max(eval_s, 1e-9),
         "eval_padding_fraction": data.padding_fraction(("valid", "test")),
         "train_tokens": n_train,
@@ -243,9 +247,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     })
 
     run_dir = Path(run_dir)
-    if arch in gates_mod.GATED_ARCHS:
-        gates_mod.write(run_dir / "gates.csv", gates_mod.collect(model, data.dataloader("test", device=device), regime,
-                                                                 device, bos=vocab.index[BOS]))
+    if gate_stats is not None:
+        gates_mod.write(run_dir / "gates.csv", gate_stats.rows())
     save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp, precision)
     epoch_log.write(run_dir / "log.csv")
     metrics["wall_s"] = round(time.time() - t0, 3)
