@@ -428,3 +428,25 @@ def test_impls_of_one_seed_start_from_the_same_weights(arch, impls, monkeypatch)
         monkeypatch.setattr(module, "construction_draws_discarded", contextlib.nullcontext)
     out = outputs()
     assert not torch.allclose(out["torch"], out["cell"], atol=1e-3)
+
+
+def test_output_layer_is_one_matrix_product_when_validating_in_bf16():
+    """Under torch.inference_mode (Lightning's validation) and CPU bf16 autocast, the output layer runs as one
+    matrix product over all positions (aten::addmm), never a batched one: nn.Linear on the recurrence's 3-D,
+    non-contiguous output takes aten::bmm there, copying the weight per batch row (23 ms against 1.5 ms per PTB
+    chunk, docs/benchmarks.md). Negative control, the mutation it kills: the 3-D input handed to nn.Linear as
+    it is (the head before the fix) shows aten::bmm."""
+    from torch.profiler import profile
+
+    model = make("lstm", layers=1).eval()
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = model.rnn(model.embedding(tokens(15)))
+        assert out.dim() == 3
+        with profile() as fixed:
+            logits = model.head(out)
+        with profile() as unflattened:
+            model.head.decoder(out)
+    ops = {e.key for e in fixed.key_averages()}
+    assert "aten::addmm" in ops and "aten::bmm" not in ops
+    assert "aten::bmm" in {e.key for e in unflattened.key_averages()}
+    assert logits.shape == (B, T, V)
