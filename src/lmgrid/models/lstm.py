@@ -80,7 +80,7 @@ def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates, r
 
 def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False, residual=False):
     """The docs' equations over a sequence, for any weights in nn.LSTM layout: [(w_ih, w_hh, b_ih, b_hh)] per layer.
-    Also how impl `torch` exposes its gates: this runs on nn.LSTM's own parameters."""
+    (Impl `torch` gets its gates without this loop: run_library_stack_with_gates.)"""
     step = maybe_compiled(cell_step, compiled)
 
     def layer(k, x, h, c):
