@@ -20,14 +20,16 @@ from .config import ModelConfig
 from .lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
 
 
-def gru_step(x_proj_t, h, w_hh, b_hh):
-    """One step; x_proj_t = W_i* x_t + b_i* for the three blocks, precomputed for all t at once."""
-    xr, xz, xn = x_proj_t.chunk(3, 1)
-    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, 1)
-    r = torch.sigmoid(xr + hr)
-    z = torch.sigmoid(xz + hz)
-    n = torch.tanh(xn + r * hn)
-    return (1 - z) * n + z * h, z, r
+def gru_step(x_proj_t, h, w_hh_t, b_hh):
+    """One step; x_proj_t = W_i* x_t + b_i* for the three blocks, precomputed for all t at once; w_hh_t = W_h*^T.
+    Written with few operations (see models/lstm.py): r and z in one sigmoid, n's r * (W_hn h + b_hn) in an
+    addcmul, and h' = (1 - z) * n + z * h as n + z * (h - n), another addcmul."""
+    H = h.shape[1]
+    x_rz, x_n = x_proj_t.split([2 * H, H], 1)
+    h_rz, h_n = torch.addmm(b_hh, h, w_hh_t).split([2 * H, H], 1)
+    r, z = torch.sigmoid(x_rz + h_rz).chunk(2, 1)
+    n = torch.tanh(torch.addcmul(x_n, r, h_n))
+    return torch.addcmul(n, z, h - n), z, r
 
 
 def gru_gates_of(x, h_prev, weights) -> dict:
@@ -45,9 +47,9 @@ def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=F
     def layer(k, x):
         w_ih, w_hh, b_ih, b_hh = weights[k]
         x_proj = F.linear(x, w_ih, b_ih)
-        h, outs, zs, rs = h0[k], [], [], []
+        h, outs, zs, rs, w_hh_t = h0[k], [], [], [], w_hh.t()
         for t in range(x.shape[1]):
-            h, z, r = step(x_proj[:, t], h, w_hh, b_hh)
+            h, z, r = step(x_proj[:, t], h, w_hh_t, b_hh)
             outs.append(h)
             if return_gates:
                 zs.append(z)
