@@ -18,6 +18,7 @@ import time
 import torch
 
 from lmgrid.models import ModelConfig, build_model
+from lmgrid.neural.allocator import keep_freed_blocks
 from lmgrid.neural.module import batch_nll
 
 # name -> (arch, impl, layers, regime)
@@ -73,8 +74,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
+    tuned = keep_freed_blocks()  # as `lmgrid train` does (lmgrid.neural.allocator)
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {a.threads}, torch {torch.__version__}, "
-          f"V={a.vocab}, width {a.width}, {a.steps} timed steps after {a.warmup}; "
+          f"V={a.vocab}, width {a.width}, {a.steps} timed steps after {a.warmup}; malloc tuned: {tuned}; "
           f"load average {os.getloadavg()[0]:.1f}\n")
     print("| model | params | train fp32 | train bf16 | bf16/fp32 | eval fp32 | eval bf16 | eval/train (bf16) |")
     print("|---|---|---|---|---|---|---|---|")

@@ -23,7 +23,10 @@ def _setting(text: str) -> tuple[str, object]:
 
 
 def cmd_train(a) -> None:
+    from .allocator import keep_freed_blocks
     from .train import run
+
+    keep_freed_blocks()  # before the first large tensor: see lmgrid.neural.allocator
 
     try:
         hp = json.loads(a.hparams)
