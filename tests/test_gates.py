@@ -98,7 +98,7 @@ def test_tanh_candidate_saturation_is_near_minus_one_and_plus_one():
     assert saturation_bounds("f") == (0.1, 0.9)
     s = gates._Sums("g")
     acts = torch.tensor([-0.95, -0.5, 0.0, 0.5, 0.95, 0.99]).view(1, 1, 6, 1)
-    s.add(acts, torch.ones(1, 1, 6, 1, dtype=torch.float64), (1, 2))
+    s.add(acts, torch.ones(1, 6, dtype=torch.float64), "unit")
     _, _, left, right, n = s.rows()
     assert n.item() == 6
     assert left.item() == 1 / 6 and right.item() == 2 / 6
