@@ -3,7 +3,7 @@
 At the sizes of presets/seed_table.yaml (V = 10,000 as PTB's, width 200; LSTM, GRU and Transformer 2 layers; RNN
 1 layer; FFNN n_step 5 with a 100-wide embedding), random tokens (the speed does not depend on the data). Stream
 models: batch 20 x bptt 35 with the state carried (training), and the evaluation's 10 rows x 35 (its default
-`stream_eval_batch_size`); FFNN: windows, batch 256 (training) and 2,048 (evaluation). A training step is what
+`stream_eval_batch_size`); FFNN: windows, batch 256 (training) and 512 (evaluation, presets/seed_table.yaml). A training step is what
 `lmgrid train` runs per batch (lmgrid.neural.module.batch_nll, backward, gradient-norm clip, SGD); evaluation is
 forward only, as lmgrid.neural.module.evaluate. bf16-mixed is torch.autocast(cpu, bfloat16) around the forward,
 as Lightning's; recurrences stay float32 (lmgrid.models.common.fp32_recurrence). Prints one Markdown table.
@@ -89,13 +89,13 @@ def main(argv: list[str]) -> int:
         torch.manual_seed(0)
         model = build_model(cfg)
         params = sum(q.numel() for q in model.parameters())
-        train_rows, eval_rows = (256, 2048) if ffnn else (20, 10)
+        train_rows, eval_rows = (256, 512) if ffnn else (20, 10)
         n = a.warmup + a.steps
         figures = {}
         for bf16 in (False, True):
             figures["train", bf16] = tokens_per_s(model, batches(regime, train_rows, a, n), regime, bf16, True,
                                                   a.warmup)
-            # Evaluation steps carry fewer tokens (10 rows, or one 2,048 batch): time as many tokens as training.
+            # Evaluation steps carry fewer tokens (10 rows, or one 512 batch): time as many tokens as training.
             eval_n = a.warmup + max(a.steps * train_rows // eval_rows, 5)
             figures["eval", bf16] = tokens_per_s(model, batches(regime, eval_rows, a, eval_n), regime, bf16, False,
                                                  a.warmup)
