@@ -35,7 +35,7 @@ GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
 
 # The cells below run one small step at a time ([B, 4H] with B = 20, H = 200 on PTB), where the cost of a step is
 # the number of operations PyTorch dispatches (and autograd records), not their arithmetic: each step is written
-# with as few as the equations allow (addmm, addcmul, one sigmoid over i, f and o together).
+# with as few as the equations allow (addmm with the biases folded in beforehand, addcmul).
 
 def _gate_math(z: torch.Tensor, c: torch.Tensor):
     i, f, g, o = z.chunk(4, 1)
