@@ -34,3 +34,25 @@ def test_plain_script_trains_and_scores(tmp_path):
     # 7 words + </s> + <unk>: an untrained model is near PPL 9; one epoch on this repetitive text must beat it
     assert out["train_tokens"] > 0 and 1 < out["test_ppl"] < 9, out
     assert re.fullmatch(r"\d+(\.\d+)?", str(out["train_tokens_per_s"]))
+
+
+def test_cores_bench_times_both_ways(tmp_path, capsys):
+    """Both ways run their two jobs to the end and each gets a median; a job that fails stops the bench with its
+    command named (the mutation it kills: a failed child's wall taken as a finished job's)."""
+    from lmgrid.bench import cores
+
+    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    assert cores.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--rounds", "1", "--cores", "1",
+                       "--precision", "32-true"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"32-true +sequential +two jobs in +\d+\.\d s", out), out
+    assert re.search(r"32-true +concurrent +two jobs in +\d+\.\d s", out), out
+    assert re.search(r"^32-true +\d+\.\d s +\d+\.\d s +\d+\.\d\d$", out, re.M), out
+    try:
+        cores.concurrent([[sys.executable, "-c", "pass"], [sys.executable, "-c", "raise SystemExit(3)"]], tmp_path)
+    except SystemExit as e:
+        assert "failed (exit 3)" in str(e)
+    else:
+        raise AssertionError("a failed job went unnoticed")

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "startup": "lmgrid.bench.startup",
     "archs": "lmgrid.bench.archs",
     "vs-plain": "lmgrid.bench.vs_plain",
+    "cores": "lmgrid.bench.cores",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
