@@ -65,7 +65,7 @@ lint: $(STAMP)
 clean:
 	rm -rf results .snakemake
 
-## benchmarks print measured figures: make bench-ngram, bench-lstm, bench-cells
+## benchmarks print measured figures: make bench-ngram, bench-lstm, bench-cells, bench-startup, bench-archs, bench-vs-plain, bench-cores
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
 
