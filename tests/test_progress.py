@@ -148,6 +148,30 @@ def test_status_command_reads_the_config(tmp_path, repo):
                                                       "(did you mean 'lr'?)")
 
 
+def test_plan_with_an_unreachable_download_names_the_way_out(tmp_path, repo, monkeypatch):
+    """With corpus.download's server out of reach and no local copy, `lmgrid plan` stops with one line naming the
+    URL and the local alternatives. Negative control, the mutation it kills: Snakemake's bare message passed on
+    (explain returning its input), which names neither $LMGRID_PTB_DIR nor corpus.files."""
+    from lmgrid import dryrun
+
+    with socket.socket() as s:  # a port nothing listens on: the request is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
+    (tmp_path / "ptb.yaml").write_text(
+        "corpus: {name: ptb, kind: ptb, download: {base_url: 'http://127.0.0.1:%d/'}, sha256: {train: %s, valid: %s,"
+        " test: %s}}\n" % (port, "a" * 64, "b" * 64, "c" * 64))
+    env = {k: v for k, v in os.environ.items() if k != "LMGRID_PTB_DIR"}
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--configfile", "ptb.yaml"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"http://127.0.0.1:{port}/ptb.train.txt" in r.stderr and "$LMGRID_PTB_DIR or corpus.files" in r.stderr
+    bare = "Failed to check existence of http://127.0.0.1:1/ptb.train.txt"
+    assert "LMGRID_PTB_DIR" in dryrun.explain(bare)
+    monkeypatch.setattr(dryrun, "explain", lambda message: message)
+    assert "LMGRID_PTB_DIR" not in dryrun.explain(bare)
+
+
 def test_eta_counts_every_job_left_on_the_cores(tmp_path, monkeypatch):
     """The ETA arithmetic from fixture benchmark files: four 10 s cells, then summary (2 s) and aggregate (6 s)
     side by side, the MLflow sync (15 s) after the aggregation, the report (9 s) last.

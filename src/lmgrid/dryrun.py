@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LmgridError
+from .rawdata import PTB_DIR_ENV
 from .runkey import RunKey
 
 SNAKEFILE = Path(__file__).resolve().parents[2] / "Snakefile"
@@ -98,6 +99,15 @@ def _last_s(job, persistence) -> float | None:
     return None
 
 
+def explain(message: str) -> str:
+    """Snakemake's first error line, with the way out when it is an unreachable download (corpus.download): the
+    http storage plugin asks the server about every URL while planning, so with no network even a dry run stops."""
+    if message.startswith("Failed to check existence of http"):
+        return (f"{message} (no network, or the server is down: point ${PTB_DIR_ENV} or corpus.files at local "
+                "copies of the files)")
+    return message
+
+
 def dry_run(configfiles=(), assignments: str = "", cores: int = 1, snakefile: str | Path = SNAKEFILE,
             workdir: str | Path = ".") -> Plan:
     """The jobs `snakemake -n --cores CORES [--configfile F]... [--config set=ASSIGNMENTS]` would run."""
@@ -130,5 +140,5 @@ def dry_run(configfiles=(), assignments: str = "", cores: int = 1, snakefile: st
         raise
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise LmgridError(f"{snakefile}: the dry run failed: {first}") from None
+        raise LmgridError(f"{snakefile}: the dry run failed: {explain(first)}") from None
     return Plan(jobs, time.time() - started)
