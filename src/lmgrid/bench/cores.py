@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmgrid.bench.vs_plain import lmgrid_cmd, prepare, timed
+from lmgrid.bench.vs_plain import lmgrid_cmd, parse_job_args, prepare, timed
 
 
 def concurrent(cmds: list[list[str]], cwd: Path) -> float:
@@ -37,22 +37,15 @@ def concurrent(cmds: list[list[str]], cwd: Path) -> float:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench cores", description=__doc__.splitlines()[0])
-    p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR", "/work/shared/data/ptb"))
-    p.add_argument("--lines", type=int, default=10000, help="first N lines of PTB train")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="threads of a sequential job")
-    p.add_argument("--precision", nargs="+", default=["32-true", "bf16-mixed"], choices=["32-true", "bf16-mixed"])
-    a = p.parse_args(argv)
-    ptb = Path(a.ptb_dir)
-    if not (ptb / "ptb.train.txt").is_file():
-        print(f"cores: {ptb}/ptb.train.txt not found (set LMGRID_PTB_DIR or --ptb-dir)")
-        return 2
+    a = parse_job_args(p, argv, "each timed both ways")
     print(f"two lmgrid train jobs (LSTM 2x200, first {a.lines} lines of PTB train); {a.rounds} rounds; "
           f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     work = Path(tempfile.mkdtemp(prefix="lmgrid-cores-"))
     walls: dict[tuple[str, str], list[float]] = {}
     try:
-        files = prepare(ptb, work, a.lines)
+        files = prepare(Path(a.ptb_dir), work, a.lines)
         for rnd in range(a.rounds):
             for prec in a.precision:
                 ways = ["sequential", "concurrent"] if rnd % 2 == 0 else ["concurrent", "sequential"]

@@ -76,19 +76,24 @@ def plain_cmd(ptb_dir: Path, lines: int, threads: int, bf16: bool) -> list[str]:
             "--lines", str(lines), "--threads", str(threads), *(["--bf16"] if bf16 else [])]
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m lmgrid.bench vs-plain", description=__doc__.splitlines()[0])
+def parse_job_args(p: argparse.ArgumentParser, argv: list[str], precision_help: str) -> argparse.Namespace:
+    """The job's own options (where PTB is, how much of train, which precisions), shared with bench cores."""
     p.add_argument("--ptb-dir", default=os.environ.get("LMGRID_PTB_DIR", "/work/shared/data/ptb"))
     p.add_argument("--lines", type=int, default=10000, help="first N lines of PTB train")
+    p.add_argument("--precision", nargs="+", default=["32-true", "bf16-mixed"], choices=["32-true", "bf16-mixed"],
+                   help=f"lmgrid's precisions to run; {precision_help}")
+    a = p.parse_args(argv)
+    if not (Path(a.ptb_dir) / "ptb.train.txt").is_file():
+        p.error(f"{a.ptb_dir}/ptb.train.txt not found (set LMGRID_PTB_DIR or --ptb-dir)")
+    return a
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m lmgrid.bench vs-plain", description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--precision", nargs="+", default=["32-true", "bf16-mixed"], choices=["32-true", "bf16-mixed"],
-                   help="lmgrid's precisions to run; each is compared with the plain script's fp32 (and bf16) run")
-    a = p.parse_args(argv)
+    a = parse_job_args(p, argv, "each is compared with the plain script's fp32 (and bf16) run")
     ptb = Path(a.ptb_dir)
-    if not (ptb / "ptb.train.txt").is_file():
-        print(f"vs-plain: {ptb}/ptb.train.txt not found (set LMGRID_PTB_DIR or --ptb-dir)")
-        return 2
     import torch
 
     print(f"LSTM 2x200, first {a.lines} lines of PTB train, 1 epoch + valid + test; {a.pairs} alternating pairs; "
