@@ -1,12 +1,13 @@
 """python -m lmgrid.bench archs: training and evaluation tokens/s of every architecture, fp32 and bf16-mixed.
 
-At the sizes of presets/seed_table.yaml (V = 10,000 as PTB's, width 200; LSTM, GRU and Transformer 2 layers; RNN
-1 layer; FFNN n_step 5 with a 100-wide embedding), random tokens (the speed does not depend on the data). Stream
+At the sizes of presets/seed_table.yaml (V = 10,000 as PTB's, width 200; LSTM, GRU and Transformer 2 layers; RNN 1
+layer; FFNN n_step 5 with a 100-wide embedding), random tokens (the speed does not depend on the data). Stream
 models: batch 20 x bptt 35 with the state carried (training), and the evaluation's 10 rows x 35 (its default
-`stream_eval_batch_size`); FFNN: windows, batch 256 (training) and 512 (evaluation, presets/seed_table.yaml). A training step is what
-`lmgrid train` runs per batch (lmgrid.neural.module.batch_nll, backward, gradient-norm clip, SGD); evaluation is
-forward only, as lmgrid.neural.module.evaluate. bf16-mixed is torch.autocast(cpu, bfloat16) around the forward,
-as Lightning's; recurrences stay float32 (lmgrid.models.common.fp32_recurrence). Prints one Markdown table.
+`stream_eval_batch_size`); FFNN: windows, batch 256 (training) and 512 (evaluation, presets/seed_table.yaml). A
+training step is what `lmgrid train` runs per batch (lmgrid.neural.module.batch_nll, backward, gradient-norm clip,
+SGD); evaluation is forward only, as lmgrid.neural.module.evaluate. bf16-mixed is torch.autocast(cpu, bfloat16)
+around the forward, as Lightning's; recurrences stay float32 (lmgrid.models.common.fp32_recurrence). Prints one
+Markdown table.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmgrid.bench.vs_plain import lmgrid_cmd, parse_job_args, prepare, timed
+from lmgrid.bench.vs_plain import exit_if_failed, lmgrid_cmd, parse_job_args, prepare, timed
 
 
 def concurrent(cmds: list[list[str]], cwd: Path) -> float:
@@ -29,9 +29,8 @@ def concurrent(cmds: list[list[str]], cwd: Path) -> float:
     procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for c in cmds]
     for proc, cmd in zip(procs, cmds):
-        err = proc.communicate()[1]
-        if proc.returncode != 0:
-            raise SystemExit(f"cores: {' '.join(cmd[:4])} ... failed (exit {proc.returncode}):\n{err[-2000:]}")
+        err = proc.communicate()[1]  # read to the end before the exit code: a full pipe would block the child
+        exit_if_failed("cores", cmd, proc.returncode, err)
     return time.perf_counter() - t0
 
 
@@ -52,7 +51,7 @@ def main(argv: list[str]) -> int:
                 for way in ways:
                     runs = [work / f"{way}-{rnd}-{prec}-{i}" for i in range(2)]
                     if way == "sequential":
-                        wall = sum(timed(lmgrid_cmd(files, r, a.cores, prec), work)[0] for r in runs)
+                        wall = sum(timed(lmgrid_cmd(files, r, a.cores, prec), work, "cores")[0] for r in runs)
                     else:
                         wall = concurrent([lmgrid_cmd(files, r, 1, prec) for r in runs], work)
                     for r in runs:

@@ -28,16 +28,20 @@ from pathlib import Path
 SPLITS = ("train", "valid", "test")
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+def exit_if_failed(bench: str, cmd: list[str], returncode: int, output: str) -> None:
+    """Stop the benchmark on a child that failed: its figures would be a failed run's."""
+    if returncode != 0:
+        raise SystemExit(f"{bench}: {' '.join(cmd[:4])} ... failed (exit {returncode}):\n{output[-2000:]}")
+
+
+def timed(cmd: list[str], cwd: Path, bench: str = "vs-plain") -> tuple[float, float, str]:
     """(wall s, peak RSS MiB, stdout) of one child process run to its end."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"vs-plain: {' '.join(cmd[:4])} ... failed (exit {proc.returncode}):\n{out[-2000:]}")
+    exit_if_failed(bench, cmd, os.waitstatus_to_exitcode(status), out)
     return wall, usage.ru_maxrss / 1024, out
 
 
