@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from lmgrid.bench import archs
 
 
@@ -56,3 +58,18 @@ def test_cores_bench_times_both_ways(tmp_path, capsys):
         assert "failed (exit 3)" in str(e)
     else:
         raise AssertionError("a failed job went unnoticed")
+
+
+def test_counts_below_one_are_one_line_errors(tmp_path, capsys):
+    """--rounds / --pairs / --cores 0 stop at parsing with the option named, before any job runs. Mutation killed:
+    at_least_one without its bound (a count of 0 got through and the medians failed on an empty list after
+    the jobs had run)."""
+    from lmgrid.bench import cores, vs_plain
+
+    (tmp_path / "ptb.train.txt").write_text(" a b \n")
+    for main, option in ((cores.main, "--rounds"), (cores.main, "--cores"), (vs_plain.main, "--pairs")):
+        with pytest.raises(SystemExit) as stop:
+            main(["--ptb-dir", str(tmp_path), option, "0"])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"argument {option}: 0: must be at least 1")
+    assert vs_plain.at_least_one("1") == 1

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmgrid.bench.vs_plain import exit_if_failed, lmgrid_cmd, parse_job_args, prepare, timed
+from lmgrid.bench.vs_plain import at_least_one, exit_if_failed, lmgrid_cmd, parse_job_args, prepare, timed
 
 
 def concurrent(cmds: list[list[str]], cwd: Path) -> float:
@@ -36,8 +36,8 @@ def concurrent(cmds: list[list[str]], cwd: Path) -> float:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench cores", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="threads of a sequential job")
+    p.add_argument("--rounds", type=at_least_one, default=2)
+    p.add_argument("--cores", type=at_least_one, default=os.cpu_count() or 2, help="threads of a sequential job")
     a = parse_job_args(p, argv, "each timed both ways")
     print(f"two lmgrid train jobs (LSTM 2x200, first {a.lines} lines of PTB train); {a.rounds} rounds; "
           f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")

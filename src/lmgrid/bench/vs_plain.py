@@ -28,6 +28,14 @@ from pathlib import Path
 SPLITS = ("train", "valid", "test")
 
 
+def at_least_one(text: str) -> int:
+    """argparse type of a count that the medians need at least one of (--pairs, --rounds, --cores)."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be at least 1")
+    return n
+
+
 def exit_if_failed(bench: str, cmd: list[str], returncode: int, output: str) -> None:
     """Stop the benchmark on a child that failed: its figures would be a failed run's."""
     if returncode != 0:
@@ -94,7 +102,7 @@ def parse_job_args(p: argparse.ArgumentParser, argv: list[str], precision_help: 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench vs-plain", description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--pairs", type=at_least_one, default=3)
     p.add_argument("--threads", type=int, default=2)
     a = parse_job_args(p, argv, "each is compared with the plain script's fp32 (and bf16) run")
     ptb = Path(a.ptb_dir)
