@@ -15,7 +15,7 @@ export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup run dry test test-all report lint clean status plan report-check
+.PHONY: setup run dry test test-avx2 test-all report lint clean status plan report-check
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -58,6 +58,13 @@ report-check: $(TSTAMP)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
 		|| echo "report-check: no chromium and not root: apt-get install chromium"
 	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+
+## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
+## capped at AVX2 (no bf16 kernels), ATen's kernels at AVX2, and lmgrid told the CPU's flags (README, "Precision")
+AVX2_FLAGS := fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2
+test-avx2: $(TSTAMP)
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
+		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
 
 lint: $(STAMP)
 	$(SMK) --lint

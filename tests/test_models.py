@@ -394,7 +394,11 @@ def test_every_recurrence_computes_in_float32_under_bf16_autocast(arch, impl, ga
 
     Negative control, run here: kills "fp32_recurrence switched off" (autocast left on around the recurrence):
     then the hand-written cells' hidden matmuls and nn.LSTM/GRU/RNN's kernel run in bf16 (their states stay float32
-    by type promotion, which is why checking the state's dtype could not see it) and the check must fail."""
+    by type promotion, which is why checking the state's dtype could not see it) and the check must fail.
+
+    The control runs with oneDNN switched off, on every CPU: oneDNN's bf16 LSTM primitive exists only where the
+    CPU computes bf16 natively (avx512_bf16), and without it the mutant nn.LSTM fails to run at all instead of
+    showing its bf16 kernel.  PyTorch's own LSTM kernel then runs the mutant's gate matmuls in bf16 on any CPU."""
     import contextlib
 
     from lmgrid.models import gru, lstm, rnn
@@ -406,7 +410,8 @@ def test_every_recurrence_computes_in_float32_under_bf16_autocast(arch, impl, ga
     assert ops and all(dtype == torch.float32 for _, dtype in ops), sorted(set(ops))
     for module in (gru, lstm, rnn):  # the mutation
         monkeypatch.setattr(module, "fp32_recurrence", lambda x: contextlib.nullcontext())
-    _, mutated = recurrence_ops(model, x, gated)
+    with torch.backends.mkldnn.flags(enabled=False):
+        _, mutated = recurrence_ops(model, x, gated)
     assert any(dtype == torch.bfloat16 for _, dtype in mutated), sorted(set(mutated))
 
 
@@ -435,13 +440,18 @@ def test_output_layer_is_one_matrix_product_when_validating_in_bf16():
     matrix product over all positions (aten::addmm), never a batched one: nn.Linear on the recurrence's 3-D,
     non-contiguous output takes aten::bmm there, copying the weight per batch row (23 ms against 1.5 ms per PTB
     chunk, docs/benchmarks.md). Negative control, the mutation it kills: the 3-D input handed to nn.Linear as
-    it is (the head before the fix) shows aten::bmm."""
+    it is (the head before the fix) shows aten::bmm.  The recurrence runs in float32 as in the model
+    (fp32_recurrence): called under autocast, nn.LSTM needs native bf16 (oneDNN's primitive) and fails elsewhere."""
     from torch.profiler import profile
+
+    from lmgrid.models.common import fp32_recurrence
 
     model = make("lstm", layers=1).eval()
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        out, _ = model.rnn(model.embedding(tokens(15)))
-        assert out.dim() == 3
+        emb = model.embedding(tokens(15))
+        with fp32_recurrence(emb):  # as the model runs it: nn.LSTM in float32, on any CPU
+            out, _ = model.rnn(emb.float())
+        assert out.dim() == 3 and out.dtype == torch.float32
         with profile() as fixed:
             logits = model.head(out)
         with profile() as unflattened:

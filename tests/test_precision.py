@@ -1,14 +1,27 @@
-"""precision: auto resolves as documented; bf16-mixed trains on a CPU that has native bf16 (skips elsewhere)."""
+"""precision: auto resolves as documented; bf16-mixed trains on a CPU that has native bf16, and on one without it
+(there as emulated bf16, which auto never picks).  `.ci/run` runs this file a second time as an AVX2-only machine:
+ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN without bf16 kernels) and LMGRID_CPU_FLAGS without avx512_bf16."""
 from __future__ import annotations
+
+import contextlib
+import math
 
 import pytest
 
-from lmgrid.neural.precision import cpu_flags, resolve_precision
+from lmgrid.neural import precision as precision_mod
+from lmgrid.neural import train as train_mod
+from lmgrid.neural.precision import cpu_flags, native_cpu_bf16, resolve_precision
 
 from test_neural_support import tiny_corpus
 from test_neural_train import train
 
-NATIVE = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+NATIVE = bool(native_cpu_bf16())
+NO_NATIVE_BF16 = ("this CPU has no native bf16 (avx512_bf16 or amx_bf16 in its flags, or in $LMGRID_CPU_FLAGS, with "
+                  "oneDNN not capped below AVX512_CORE_BF16)")
+# Whether oneDNN itself lacks bf16 kernels here: the CPU's real flags (no LMGRID_CPU_FLAGS), less any ISA cap.
+ONEDNN_WITHOUT_BF16 = not native_cpu_bf16(cpu_flags("/proc/cpuinfo"))
+# An AVX2-only x86 CPU, as `lscpu` shows one (a 2-core AMD EPYC without AVX-512, and many laptops).
+AVX2_ONLY = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2"
 
 
 @pytest.mark.parametrize("asked, flags, want", [
@@ -26,14 +39,83 @@ def test_auto_picks_bf16_only_where_the_cpu_has_it(asked, flags, want):
         assert why.startswith("auto:")
 
 
-def test_cpu_flags_read_from_cpuinfo(tmp_path):
+def test_cpu_flags_read_from_cpuinfo(tmp_path, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     f = tmp_path / "cpuinfo"
     f.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert cpu_flags(f) == {"fpu", "avx512f", "avx512_bf16"}
     assert cpu_flags(tmp_path / "missing") == set()
 
 
-@pytest.mark.skipif(not NATIVE, reason="this CPU has no avx512_bf16 or amx_bf16")
+def test_cpu_flags_override_and_onednn_cap(tmp_path, monkeypatch):
+    """LMGRID_CPU_FLAGS replaces /proc/cpuinfo's flags, and ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 takes the bf16
+    flags away (oneDNN then has no bf16 kernels).  Negative controls, run here: without either variable a
+    cpuinfo that has avx512_bf16 keeps it (kills "the cap removes the flags whatever its value"), and a cap of
+    AVX512_CORE_BF16 keeps it (kills "any cap counts as no bf16")."""
+    f = tmp_path / "cpuinfo"
+    f.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("LMGRID_CPU_FLAGS", "fpu, avx2 fma")
+    assert cpu_flags() == {"fpu", "avx2", "fma"} and native_cpu_bf16() == []
+    assert cpu_flags(f) == {"fpu", "avx2", "avx512f", "avx512_bf16"}  # a named file is read as it is
+    monkeypatch.setenv("LMGRID_CPU_FLAGS", "avx512f avx512_bf16")
+    assert native_cpu_bf16() == ["avx512_bf16"]
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
+    assert native_cpu_bf16() == [] and "avx512_bf16" not in cpu_flags(f)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert native_cpu_bf16() == ["avx512_bf16"]
+
+
+def _downgrade_without_native_bf16(asked, cuda, flags=None):
+    """The mutant: an explicit bf16-mixed quietly trained as 32-true where the CPU only emulates bf16."""
+    precision, why = resolve_precision(asked, cuda, flags)
+    return ("32-true", why) if precision == "bf16-mixed" and not native_cpu_bf16(flags) else (precision, why)
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gru"])
+def test_explicit_bf16_mixed_trains_on_a_cpu_without_native_bf16(tmp_path, monkeypatch, arch):
+    """`precision: bf16-mixed` asked for explicitly on an AVX2-only CPU trains, scores and says that it emulates
+    bf16 (the recurrence stays float32, so nn.LSTM needs no oneDNN bf16 primitive).  Negative control, run here:
+    kills "an explicit bf16-mixed downgraded to 32-true without native bf16" (metrics.json then says 32-true)."""
+    monkeypatch.setenv("LMGRID_CPU_FLAGS", AVX2_ONLY)
+    corpus = tiny_corpus(tmp_path)
+    metrics, _ = train(corpus, tmp_path / "asked", arch=arch, precision="bf16-mixed")
+    assert metrics["precision"] == "bf16-mixed" and "emulates bf16" in metrics["precision_reason"]
+    assert math.isfinite(metrics["test"]["ppl"]) and metrics["test"]["ppl"] > 1
+    monkeypatch.setattr(train_mod, "resolve_precision", _downgrade_without_native_bf16)
+    mutant, _ = train(corpus, tmp_path / "mutant", arch=arch, precision="bf16-mixed")
+    assert mutant["precision"] == "32-true"  # the check above would have failed on it
+
+
+def test_auto_picks_fp32_on_a_cpu_without_native_bf16(tmp_path, monkeypatch):
+    """`precision: auto` on an AVX2-only CPU trains in 32-true and says why.  Negative control, run here: kills
+    "auto takes bf16-mixed whatever the flags" (metrics.json then says bf16-mixed)."""
+    monkeypatch.setenv("LMGRID_CPU_FLAGS", AVX2_ONLY)
+    corpus = tiny_corpus(tmp_path)
+    metrics, _ = train(corpus, tmp_path / "auto", arch="lstm", precision="auto")
+    assert metrics["precision"] == "32-true" and metrics["precision_reason"].startswith("auto: the CPU has no")
+    monkeypatch.setattr(precision_mod, "native_cpu_bf16", lambda flags=None: ["avx512_bf16"])  # the mutation
+    mutant, _ = train(corpus, tmp_path / "mutant", arch="lstm", precision="auto")
+    assert mutant["precision"] == "bf16-mixed"
+
+
+@pytest.mark.skipif(not ONEDNN_WITHOUT_BF16, reason="oneDNN has bf16 kernels here (avx512_bf16, no ISA cap): "
+                    "nn.LSTM runs in bf16, so the float32 recurrence is not what keeps it working")
+def test_the_float32_recurrence_is_what_keeps_bf16_mixed_working_without_native_bf16(tmp_path, monkeypatch):
+    """Where oneDNN has no bf16 kernels (an AVX2-only CPU, or ONEDNN_MAX_CPU_ISA=AVX2), bf16-mixed trains nn.LSTM
+    only because its recurrence runs in float32.  Negative control, run here: kills "fp32_recurrence switched off"
+    (autocast left on around nn.LSTM): oneDNN then cannot create its LSTM primitive and training fails."""
+    from lmgrid.models import lstm
+
+    corpus = tiny_corpus(tmp_path)
+    metrics, _ = train(corpus, tmp_path / "ok", arch="lstm", precision="bf16-mixed")
+    assert metrics["precision"] == "bf16-mixed" and metrics["test"]["ppl"] > 1
+    monkeypatch.setattr(lstm, "fp32_recurrence", lambda x: contextlib.nullcontext())
+    with pytest.raises(RuntimeError, match="primitive"):
+        train(corpus, tmp_path / "mutant", arch="lstm", precision="bf16-mixed")
+
+
+@pytest.mark.skipif(not NATIVE, reason=NO_NATIVE_BF16)
 @pytest.mark.parametrize("arch", ["lstm", "transformer"])
 def test_bf16_mixed_trains_on_this_cpu_and_says_so(tmp_path, arch):
     corpus = tiny_corpus(tmp_path)
@@ -45,7 +127,7 @@ def test_bf16_mixed_trains_on_this_cpu_and_says_so(tmp_path, arch):
     assert metrics["test"]["ppl"] == pytest.approx(fp32["test"]["ppl"], rel=0.05)
 
 
-@pytest.mark.skipif(not NATIVE, reason="this CPU has no avx512_bf16 or amx_bf16")
+@pytest.mark.skipif(not NATIVE, reason=NO_NATIVE_BF16)
 def test_a_bf16_model_scores_again_to_its_test_ppl(tmp_path):
     """A bf16-mixed run scores valid and test in its own precision and model.ckpt records it, so `lmgrid score`
     (lmgrid.lm) rescoring the test split gives the run's test_ppl.  Kills: the final scoring left in fp32 (seen

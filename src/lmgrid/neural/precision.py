@@ -10,12 +10,36 @@ float32 (lmgrid.models.common.fp32_recurrence).  An explicit `32-true` or `bf16-
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 NATIVE_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
+# LMGRID_CPU_FLAGS replaces /proc/cpuinfo's flags (blank- or comma-separated), so a test or a user can ask what
+# lmgrid would do on another CPU: e.g. LMGRID_CPU_FLAGS="sse4_2 avx avx2 fma" for an AVX2-only laptop.
+CPU_FLAGS_ENV = "LMGRID_CPU_FLAGS"
+# oneDNN's documented ISA cap (ONEDNN_MAX_CPU_ISA).  Below AVX512_CORE_BF16 oneDNN has no bf16 kernels even on a
+# CPU that has the instructions (nn.LSTM under bf16 autocast then fails to create its primitive), so bf16 counts as
+# emulated.  `ONEDNN_MAX_CPU_ISA=AVX2` together with LMGRID_CPU_FLAGS reproduces an AVX2-only machine (.ci/run).
+ONEDNN_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+
+def cpu_flags(cpuinfo: str | Path | None = None) -> set[str]:
+    """The CPU's feature flags as lmgrid sees them: those of the `cpuinfo` file when one is named, else
+    $LMGRID_CPU_FLAGS when set, else /proc/cpuinfo's (its first `flags` line; empty where there is none); less the
+    bf16 flags when $ONEDNN_MAX_CPU_ISA caps oneDNN below bf16."""
+    override = os.environ.get(CPU_FLAGS_ENV) if cpuinfo is None else None
+    if override is not None:
+        flags = set(override.replace(",", " ").split())
+    else:
+        flags = _cpuinfo_flags(cpuinfo or "/proc/cpuinfo")
+    if os.environ.get(ONEDNN_ISA_ENV, "").strip().upper() in ONEDNN_ISAS_WITHOUT_BF16:
+        flags -= set(NATIVE_CPU_BF16_FLAGS)
+    return flags
+
+
+def _cpuinfo_flags(cpuinfo: str | Path) -> set[str]:
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
@@ -24,6 +48,11 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def native_cpu_bf16(flags: set[str] | None = None) -> list[str]:
+    """The flags by which this CPU computes bf16 natively (empty: bf16 is emulated, slower than fp32)."""
+    return sorted(set(NATIVE_CPU_BF16_FLAGS) & (cpu_flags() if flags is None else flags))
 
 
 def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None) -> tuple[str, str]:
@@ -35,8 +64,7 @@ def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None) -> 
         if asked == "auto":
             return ("bf16-mixed", "auto: the GPU supports bf16") if bf16 else ("32-true", "auto: the GPU lacks bf16")
         return asked, "as configured"
-    flags = cpu_flags() if flags is None else flags
-    native = sorted(set(NATIVE_CPU_BF16_FLAGS) & flags)
+    native = native_cpu_bf16(flags)
     if asked == "auto":
         if native:
             return "bf16-mixed", f"auto: the CPU has {'/'.join(native)}"
