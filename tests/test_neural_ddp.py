@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -175,7 +174,8 @@ def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
            "--train", p["train"], "--valid", p["valid"], "--test", p["test"], "--vocab", corpus["vocab_path"],
            "--run-dir", str(tmp_path / key.run_dir("c")), "--ckpt-dir", str(tmp_path / "ckpt"), "--threads", "1",
            "--hparams", json.dumps({**TINY, "epochs": 2, "log_every": 2, "devices": 2})]
-    t0 = time.time()
+    # The other process must not hang in a collective: a hang runs into the timeout and fails the test.  The time
+    # taken is not asserted (it moves with the machine's load).
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     # Both processes print the line; written at the same instant, the two can share a line of stderr.
@@ -183,5 +183,4 @@ def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
                 "non-finite; lower the learning rate (lr=0.003)")
     assert done.stderr.count("lmgrid: error:") == done.stderr.count(expected) >= 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert time.time() - t0 < 240
     assert not (tmp_path / key.run_dir("c") / "metrics.json").exists()

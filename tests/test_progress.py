@@ -288,36 +288,3 @@ def test_plan_pends_what_the_dry_run_runs(finished_grid, repo):
     r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "ngram.addk_k=0.5"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)
     assert "4 cells: 1 done, 0 running, 0 failed, 3 pending" in r.stdout, r.stdout + r.stderr
-
-
-def _wall_estimate_s(text: str) -> float:
-    m = re.search(r"~(?:(\d+) min )?(\d+) s wall on \d+ cores", text)
-    assert m, text
-    return 60 * int(m[1] or 0) + int(m[2])
-
-
-@pytest.mark.slow
-def test_plan_eta_of_a_new_study_is_within_30_percent_of_its_wall(finished_grid, repo, monkeypatch):
-    """A new study whose cells have finished look-alikes (same arch, another n_step): plan's wall estimate, taken
-    before the run, is within +-30% of the measured wall of what `make run` does: the pipeline without its own
-    report (LMGRID_REPORT=0), then the report.  The finished grid's report is built once first, as `make run` would
-    have, so every job of the run has a finished look-alike.
-    kills: an ETA of the cells alone, the summary, aggregation, MLflow sync and report counted as 0 s (seen
-    failing: "plan said ~2 s, the run took 12 s")."""
-    from lmgrid.report import build
-    from test_workflow import snakemake
-
-    snakefile = repo / "Snakefile"
-    assert build(snakefile, finished_grid, [], []) is None
-    study = "studies={ctx: {arch: [addk, mkn], n_step: [2, 3]}, more: {arch: [addk, mkn], n_step: [4, 5]}}"
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", study, "--cores", "2"],
-                       cwd=finished_grid, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    estimate_s = _wall_estimate_s(r.stdout)
-    monkeypatch.setenv("LMGRID_REPORT", "0")
-    t0 = time.perf_counter()
-    run = snakemake(finished_grid, repo, "--config", f"set={study}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert build(snakefile, finished_grid, [], [f"set={study}"]) is None
-    wall_s = time.perf_counter() - t0
-    assert 0.7 * wall_s <= estimate_s <= 1.3 * wall_s, f"plan said ~{estimate_s} s, the run took {wall_s:.0f} s"

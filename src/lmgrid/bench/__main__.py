@@ -11,6 +11,8 @@ BENCHMARKS = {
     "archs": "lmgrid.bench.archs",
     "vs-plain": "lmgrid.bench.vs_plain",
     "cores": "lmgrid.bench.cores",
+    "allocator": "lmgrid.bench.allocator",
+    "eta": "lmgrid.bench.eta",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lmgrid.neural.precision import native_cpu_bf16
+
 SPLITS = ("train", "valid", "test")
 
 
@@ -115,8 +117,10 @@ def main(argv: list[str]) -> int:
     try:
         files = prepare(ptb, work, a.lines)
         rows = {}
-        variants = [("plain fp32", False, None)] + [
-            ("plain bf16", True, None)] * ("bf16-mixed" in a.precision) + [
+        plain_bf16 = "bf16-mixed" in a.precision and bool(native_cpu_bf16())
+        if "bf16-mixed" in a.precision and not plain_bf16:
+            print("no plain bf16 row: this CPU has no native bf16, and the plain script's nn.LSTM needs it")
+        variants = [("plain fp32", False, None)] + [("plain bf16", True, None)] * plain_bf16 + [
             (f"lmgrid {prec}", None, prec) for prec in a.precision]
         for pair in range(a.pairs):
             order = variants if pair % 2 == 0 else variants[::-1]
