@@ -6,7 +6,7 @@ log(PPL) of the shared convention and never averages over padding.
 Under DDP (`train.devices` > 1) each process holds a share of every global batch (lmgrid.neural.data).  DDP
 averages the processes' gradients, so each process's loss is its NLL sum times the number of processes over the
 global batch's count of targets: the averaged gradient is then exactly that of the global batch's mean NLL, as
-in one process.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
+in one process.  The divergence check reads each process's own mean NLL, not that scaled loss.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
 sees the same valid loss (early stopping, LR decay and checkpoints decide alike) and each token counts once.
 """
 from __future__ import annotations

@@ -120,11 +120,11 @@ def use_cuda(accelerator: str) -> bool:
 
 
 def parse_placement(text: str) -> tuple[str, str]:
-    """`--placement "cuda bf16-mixed"`: the device kind the workflow planned the run on, and its precision
-    (`auto` where the workflow could not resolve it, as on a cluster's login node)."""
-    parts = text.split()
+    """`--set placement="cuda bf16-mixed"`: the device kind the workflow planned the run on, and its precision
+    (`auto` where the workflow could not resolve it, as on a cluster's login node): lmgrid.neural.placement."""
+    parts = str(text).split()
     if len(parts) != 2 or parts[0] not in ("cpu", "cuda") or parts[1] not in ("32-true", "bf16-mixed", "auto"):
-        raise LmgridError(f"--placement: expected '<cpu|cuda> <32-true|bf16-mixed|auto>', got {text!r}")
+        raise LmgridError(f"placement: expected '<cpu|cuda> <32-true|bf16-mixed|auto>', got {text!r}")
     return parts[0], parts[1]
 
 
