@@ -49,16 +49,23 @@ def ddp_available() -> str | None:
     return None
 
 
-def train_ddp(corpus, root: Path, regime: str, devices: int = 2, **hp) -> tuple[dict, Path, str]:
+def ddp_command(corpus, root: Path, regime: str, devices: int, *paths: Path, **hp) -> tuple[list[str], dict, Path]:
+    """(the `lmgrid train` command of an lstm n3 run on `devices` processes, its environment, its run folder);
+    `paths` go first on PYTHONPATH (a test's sitecustomize.py)."""
     key = normalise("lstm", "torch", 3, 1, regime, 1)
     run_dir = root / key.run_dir("c")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(Path(__file__).parents[1] / "src"),
                                                         os.environ.get("PYTHONPATH", "")])}
     p = corpus["paths"]
     cmd = [sys.executable, "-m", "lmgrid", "train", "--arch", "lstm", "--n-step", "3", "--regime", regime,
            "--train", p["train"], "--valid", p["valid"], "--test", p["test"], "--vocab", corpus["vocab_path"],
            "--run-dir", str(run_dir), "--ckpt-dir", str(root / "ckpt" / key.run_dir("c")), "--threads", "1",
            "--hparams", json.dumps({**TINY, **hp, "devices": devices})]
+    return cmd, env, run_dir
+
+
+def train_ddp(corpus, root: Path, regime: str, devices: int = 2, **hp) -> tuple[dict, Path, str]:
+    cmd, env, run_dir = ddp_command(corpus, root, regime, devices, **hp)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     # Written once: process 1 neither prints the result nor writes files.
@@ -184,3 +191,52 @@ def test_nan_loss_on_one_process_stops_both_with_one_line(tmp_path):
     assert done.stderr.count("lmgrid: error:") == done.stderr.count(expected) >= 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / key.run_dir("c") / "metrics.json").exists()
+
+
+# Test-only: the divergence check as it was before issue 30, fed the scaled DDP loss (this process's NLL sum times
+# the number of processes over the global batch's count) instead of this process's own mean NLL.
+SCALED_LOSS_CHECKED = '''
+import lmgrid.neural.module as m
+import torch
+
+_real = m.LMModule._add_train_step
+
+
+def _add_train_step(self, nll, n, loss):
+    n_global = n.clone()
+    torch.distributed.all_reduce(n_global)
+    return _real(self, nll, n, nll * self.trainer.world_size / n_global)
+
+
+m.LMModule._add_train_step = _add_train_step
+'''
+
+
+@pytest.mark.slow
+def test_a_last_batch_smaller_than_the_processes_is_no_divergence(tmp_path):
+    """4 gloo processes, a last global batch of one example: process 0 holds it, the others none.  Each process's
+    loss for DDP's gradient is its NLL times 4 over the global count, 4x that example's NLL (about 4 ln V near the
+    start), while the divergence bound is 3 ln V; the check must read the process's own mean NLL (about ln V).
+    Kills: the check fed the scaled DDP loss (the negative control: SCALED_LOSS_CHECKED injected into every process
+    stops the same run at that last step with "training diverged ... on process 0 of 4")."""
+    if (reason := ddp_available()) is not None:
+        pytest.skip(reason)
+    corpus = tiny_corpus(tmp_path)
+    # Windows: one example per train token, so 129 tokens at batch_size 64 are batches of 64, 64 and 1.
+    hp = dict(epochs=1, batch_size=64, max_train_tokens=129)
+    cmd, env, run_dir = ddp_command(corpus, tmp_path / "fixed", "window", 4, **hp)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["train_tokens"] == 129 and metrics["device"].endswith("x 4")
+    assert [r["step"] for r in log_rows(run_dir)] == ["3"]  # all three steps trained, the short one included
+
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(SCALED_LOSS_CHECKED)
+    cmd, env, run_dir = ddp_command(corpus, tmp_path / "mutant", "window", 4, inject, **hp)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0, "the negative control trained through: the test cannot see the scaled check"
+    assert "training diverged at epoch 1, step 3 on process 0 of 4" in done.stderr, done.stderr[-3000:]
+    assert "above the divergence bound" in done.stderr
+    assert not (run_dir / "metrics.json").exists()

@@ -146,3 +146,93 @@ def test_a_bf16_model_scores_again_to_its_test_ppl(tmp_path):
     assert score_file(model, corpus["paths"]["valid"])["ppl"] == pytest.approx(metrics["valid"]["ppl"], rel=1e-6)
     model.precision = "32-true"
     assert score_file(model, corpus["paths"]["test"])["ppl"] != pytest.approx(test_ppl, rel=1e-6)
+
+
+# GPUs as torch 2.13 describes them: is_bf16_supported(including_emulation=True), its default, is true on a V100 or
+# T4 too (bf16 is emulated there); only compute capability 8.0 and later compute it natively.
+GPUS = {"A100": (8, 0), "H100": (9, 0), "V100": (7, 0), "T4": (7, 5)}
+
+
+def fake_gpu(monkeypatch, name: str) -> None:
+    import torch
+
+    major, minor = GPUS[name]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"NVIDIA {name}")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: major >= 8 or including_emulation)
+
+
+def gpu_choices(monkeypatch) -> dict[str, tuple[str, str]]:
+    choices = {}
+    for name in GPUS:
+        fake_gpu(monkeypatch, name)
+        choices[name] = resolve_precision("auto", cuda=True)
+    return choices
+
+
+def wrong_gpu_choices(choices: dict[str, tuple[str, str]]) -> list[str]:
+    """What is wrong with `precision: auto`'s choice per GPU: bf16 exactly where it is native, a reason that says so."""
+    wrong = []
+    for name, (precision, why) in choices.items():
+        native = GPUS[name] >= (8, 0)
+        if precision != ("bf16-mixed" if native else "32-true"):
+            wrong.append(f"{name}: {precision}")
+        cc = ".".join(map(str, GPUS[name]))
+        if not (why.startswith("auto:") and name in why and cc in why
+                and ("computes bf16 natively" if native else "no native bf16") in why):
+            wrong.append(f"{name}: {why!r}")
+    return wrong
+
+
+def test_auto_on_a_gpu_picks_bf16_only_where_it_is_native(monkeypatch):
+    """torch.cuda monkeypatched as an A100, H100, V100 and T4.  Kills: asking is_bf16_supported() with its default
+    including_emulation=True (the negative control: that version of precision.gpu_bf16 picks bf16-mixed on the V100
+    and T4 and says they compute it natively)."""
+    import torch
+
+    import lmgrid.neural.precision as precision_mod
+
+    assert wrong_gpu_choices(gpu_choices(monkeypatch)) == []
+    fake_gpu(monkeypatch, "V100")
+    precision, why = resolve_precision("bf16-mixed", cuda=True)
+    assert precision == "bf16-mixed" and "emulates bf16" in why and "V100" in why
+
+    def emulation_counts():
+        major, minor = torch.cuda.get_device_capability()
+        return torch.cuda.is_bf16_supported(), f"{torch.cuda.get_device_name()} (compute capability {major}.{minor})"
+
+    monkeypatch.setattr(precision_mod, "gpu_bf16", emulation_counts)
+    wrong = wrong_gpu_choices(gpu_choices(monkeypatch))
+    assert "V100: bf16-mixed" in wrong and "T4: bf16-mixed" in wrong
+
+
+def test_full_fp32_pins_ieee_and_restores_the_callers_settings():
+    """cuDNN's RNN kernels default to TF32 (torch.backends.cudnn.rnn.fp32_precision is "tf32" in torch 2.13): inside
+    full_fp32 every float32 setting reads "ieee", and afterwards the caller's values are back.  Kills: full_fp32 as a
+    no-op (the negative control: a nullcontext leaves cudnn.rnn at "tf32", which this test reads)."""
+    import contextlib
+
+    import torch
+
+    from lmgrid.neural.precision import FP32_SETTINGS, fp32_settings, full_fp32
+
+    def check(context) -> list[str]:
+        wrong = []
+        torch.backends.cudnn.rnn.fp32_precision = "tf32"
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        try:
+            with context():
+                inside = {**fp32_settings("cuda"), **fp32_settings("cpu")}
+                wrong += [f"{k}={v}" for k, v in inside.items() if v != "ieee"]
+            if (torch.backends.cudnn.rnn.fp32_precision, torch.backends.cuda.matmul.fp32_precision) != ("tf32",) * 2:
+                wrong.append("not restored")
+        finally:
+            torch.backends.cudnn.rnn.fp32_precision = "tf32"  # torch's default
+            torch.backends.cuda.matmul.fp32_precision = "none"
+        return wrong
+
+    assert set(FP32_SETTINGS["cuda"]) == {"cuda.matmul", "cudnn.rnn"}
+    assert check(full_fp32) == []
+    assert "cudnn.rnn=tf32" in check(contextlib.nullcontext)

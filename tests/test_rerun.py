@@ -54,3 +54,33 @@ def test_a_computing_setting_reruns_exactly_its_runs_and_is_named(finished, repo
     assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
     jobs, _ = planned(finished, repo, "set=ngram.addk_k=0.5")
     assert jobs == {}, jobs  # no addk run in this grid: nothing depends on it
+
+
+def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
+    """The finished grid was trained on this CPU; the same config where a GPU is visible (faked: FAKE_GPU first on
+    PYTHONPATH) reruns every neural cell there, and the dry run names the reason.  Kills: a placement param that
+    ignores the device (the negative control: placement.plan patched to always answer "cpu" plans nothing)."""
+    import os
+    import subprocess
+    import sys
+
+    from test_gpu_workflow import FAKE_GPU
+
+    def dry_run(inject: str) -> tuple[dict[str, int], str]:
+        folder = finished.parent / f"inject{abs(hash(inject))}"
+        folder.mkdir(exist_ok=True)
+        (folder / "sitecustomize.py").write_text(inject)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(repo / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(finished),
+               "--cores", "2", "-n"]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        return planned_jobs(r), r.stdout + r.stderr
+
+    jobs, out = dry_run(FAKE_GPU)
+    assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
+    assert "now: 'placement=cuda 32-true'" in out and "before: 'placement=cpu 32-true'" in out, out[-3000:]
+
+    device_blind = FAKE_GPU + "_plan = p.plan\np.plan = lambda *a, **k: ('cpu', _plan(*a, **k)[1])\n"
+    assert dry_run(device_blind)[0] == {}

@@ -225,3 +225,58 @@ def test_a_server_killed_mid_run_loses_nothing_and_leaves_nothing_running(tmp_pa
     assert "resuming from" in rerun.stdout + rerun.stderr
     a, c = (json.loads((tmp_path / d / "run" / "metrics.json").read_text()) for d in ("a", "c"))
     assert a["test"] == c["test"] and a["valid"] == c["valid"]
+
+
+# Test-only, in the server's process alone (FAKE_CUDA_INITIALISED is in its environment, not the jobs'): torch
+# reports CUDA as initialised, as it would after an import that touched CUDA.  GUARD_REMOVED also takes the
+# server's check out (the negative control).
+CUDA_IN_SERVER = '''
+import os
+if os.environ.get("FAKE_CUDA_INITIALISED") == "1":
+    import torch
+    torch.cuda.is_initialized = lambda: True
+    if os.environ.get("GUARD_REMOVED") == "1":
+        import lmgrid.warm
+        lmgrid.warm.cuda_initialized = lambda: False
+'''
+
+
+def served_with_cuda_initialised(root: Path, corpus, guard_removed: bool) -> tuple[subprocess.CompletedProcess, str]:
+    inject = root / "inject"
+    inject.mkdir(parents=True)
+    (inject / "sitecustomize.py").write_text(CUDA_IN_SERVER)
+    sock, log = root / "s.sock", root / "server.log"
+    server_env = {**env(FAKE_CUDA_INITIALISED="1", GUARD_REMOVED="1" if guard_removed else "0"),
+                  "PYTHONPATH": os.pathsep.join([str(inject), SRC, os.environ.get("PYTHONPATH", "")])}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lmgrid", "warm-server", "--socket", str(sock),
+                                 "--parent-pid", str(os.getpid()), "--idle-s", "120"], stdout=out,
+                                stderr=subprocess.STDOUT, env=server_env)
+    try:
+        assert wait_for(sock.exists, timeout=120), log.read_text()
+        done = subprocess.run(train_cmd(corpus, root), env=env(LMGRID_WARM_SOCKET=str(sock)), capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return done, log.read_text()
+
+
+def test_a_server_with_cuda_initialised_forks_nothing(tmp_path):
+    """A process that initialised CUDA cannot fork a child that uses it: the server refuses, and the job runs in its
+    own process with one line saying so.  Kills: the server forking regardless (the negative control: with its
+    cuda_initialized check patched out, the job is forked, as the server's log shows)."""
+    corpus = tiny_corpus(tmp_path)
+    done, log = served_with_cuda_initialised(tmp_path / "guarded", corpus, guard_removed=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "guarded" / "run" / "metrics.json").is_file()
+    assert "has CUDA initialised and cannot fork; running this job in its own process" in done.stderr
+    assert "refused (CUDA is initialised here)" in log and not children_in(log), log
+
+    done, log = served_with_cuda_initialised(tmp_path / "unguarded", corpus, guard_removed=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert children_in(log) and "cannot fork" not in done.stderr, log
+
+
+def children_in(log_text: str) -> list[str]:
+    return [line for line in log_text.splitlines() if line.startswith("job ")]

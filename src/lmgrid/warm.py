@@ -20,6 +20,11 @@ group when the job's connection ends).  A job whose server went away before it s
 running in its own process; a job whose child was running fails with one line, and its rerun resumes from the
 run's last checkpoint like any other failed job.  The forked child's CPU time and peak memory are not in the
 job's Snakemake benchmark file (the child is the server's, not the job's); metrics.json records them.
+
+GPUs: a process that has initialised CUDA cannot fork a child that uses it (torch: "Cannot re-initialize CUDA in
+forked subprocess").  The workflow starts no server when a training job of the run will train on a GPU, and the
+server forks nothing once CUDA is initialised in it (as a future import that touches CUDA would do): it answers
+REFUSED instead, and the job runs in its own process, with one line saying so.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from collections.abc import Callable
 SOCKET_ENV = "LMGRID_WARM_SOCKET"
 _PID = struct.Struct("!i")  # server -> job, first: the child's pid, once the child exists ("started")
 _STATUS = struct.Struct("!i")  # server -> job, last: the child's exit status
+REFUSED = -1  # sent instead of a pid: the server will not fork (CUDA is initialised in it); the job runs itself
 _CHILDREN: set[int] = set()  # jobs running in children of this server (each its own process group)
 _OPEN: set[socket.socket] = set()  # the listening socket and every job connection: no child keeps any of them
 _PR_SET_PDEATHSIG = 1
@@ -67,7 +73,12 @@ def run_via_server(argv: list[str]) -> int | None:
         sys.stderr.flush()
         socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
         conn.sendall(request)
-        _PID.unpack(_recv_all(conn, _PID.size))  # the server forked the child: from here on the job is its
+        if _PID.unpack(_recv_all(conn, _PID.size))[0] == REFUSED:  # nothing ran: run it here
+            conn.close()
+            print("lmgrid: the warm training server has CUDA initialised and cannot fork; running this job in its "
+                  "own process", file=sys.stderr, flush=True)
+            return None
+        # The server forked the child: from here on the job is its.
     except OSError:  # no server, or it went away before it started the child: nothing ran, run it here
         conn.close()
         if connected:
@@ -145,9 +156,23 @@ def _stop(pid: int, sig: int = signal.SIGTERM) -> None:
             continue
 
 
+def cuda_initialized() -> bool:
+    """Whether this process has initialised CUDA (torch's own criterion for a child that cannot use it)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
 def _serve_one(conn: socket.socket, run: Callable[[list[str]], int]) -> None:
     msg, fds, _, _ = socket.recv_fds(conn, 4, 3)
     request = json.loads(_recv_all(conn, struct.unpack("!I", msg)[0]))
+    if cuda_initialized():
+        for fd in fds:
+            os.close(fd)
+        print(f"refused (CUDA is initialised here): lmgrid {' '.join(request['argv'])}", flush=True)
+        conn.sendall(_PID.pack(REFUSED))
+        _OPEN.discard(conn)
+        conn.close()
+        return
     server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:

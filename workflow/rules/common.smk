@@ -1,5 +1,6 @@
 # Helpers shared by the rules. The config is checked here first, so a bad value stops the run
 # with one line naming the key before Snakemake builds the DAG.
+import functools
 import json
 import os
 import shlex
@@ -10,6 +11,7 @@ from lmgrid.config import workflow_config
 from lmgrid.errors import LmgridError
 from lmgrid.neural.cli import JOB_SETTINGS_ENV
 from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
+from lmgrid.neural.placement import asks_for_gpus, plan, probe_gpu_bf16, visible_gpus
 from lmgrid.rawdata import ptb_sources
 from lmgrid.runkey import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
@@ -82,11 +84,24 @@ def run_dirs():
 #     threads: train_threads
 #     resources: mem_mb=train_mem_mb, runtime=train_runtime, gpu=train_gpu
 #     benchmark: "results/{corpus}/benchmarks/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.tsv"
-# On a laptop `snakemake --cores 2 --resources gpu=1` runs one GPU job at a time; on SLURM the plugin
-# turns mem_mb, runtime (minutes) and gpu into the job request. A retried job (--retries) gets more.
+# On SLURM the plugin turns mem_mb, runtime (minutes) and gpu into the job request; the profile leaves them to
+# these functions, which size them by train.devices and by the attempt (a retried job gets more: --retries).
 # The training settings of each neural architecture (train:, then its per_arch entry), resolved once: every job
 # and every setting param below reads them.
 HPARAMS = {arch: resolve_hparams(config["train"], arch) for arch in NEURAL_ARCHS}
+
+# Where each architecture's jobs train, and in which precision (lmgrid.neural.placement): a param of every
+# training job, so a cell trained on a CPU is not done on a GPU.  A cluster run is one whose jobs go to a remote
+# executor (Snakemake then counts --jobs as nodes, dry runs included) or the job's own Snakemake on a node.
+CLUSTER = workflow.remote_exec or workflow.global_resources["_nodes"].value is not None
+GPUS_HERE = 0 if CLUSTER else visible_gpus()
+_gpu_bf16 = functools.cache(probe_gpu_bf16)  # one child process at most, and only where a GPU is visible
+PLACEMENT = {arch: plan(hp["accelerator"], hp["precision"], cluster=CLUSTER, gpus=GPUS_HERE, gpu_bf16=_gpu_bf16)
+             for arch, hp in HPARAMS.items()}
+# A local run on a machine with GPUs runs at most as many GPU jobs at once as it has GPUs (unless --resources
+# gpu=N says otherwise): jobs sharing one GPU would compete, and their tokens/s would measure each other.
+if not CLUSTER and GPUS_HERE and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", GPUS_HERE)
 
 
 def _devices(wildcards):
@@ -100,19 +115,25 @@ def train_threads(wildcards):
 
 
 def train_mem_mb(wildcards, attempt):
-    return (2000 if wildcards.arch in NGRAM_ARCHS else 4000) * attempt
+    if wildcards.arch in NGRAM_ARCHS:
+        return 2000 * attempt
+    return config["cluster"]["train_mem_mb"] * _devices(wildcards) * attempt  # per DDP process
 
 
 def train_runtime(wildcards, attempt):
-    return (15 if wildcards.arch in NGRAM_ARCHS else 120) * attempt
+    return (15 if wildcards.arch in NGRAM_ARCHS else config["cluster"]["train_runtime_min"]) * attempt
 
 
-# GPUs: train.devices of them when the config asks for GPUs (DDP within one node, one task: docs/cluster.md).
+# GPUs: train.devices of them when the job trains on GPUs (DDP within one node, one task: docs/cluster.md).
 def train_gpu(wildcards):
     if not _devices(wildcards):
         return 0
-    asks = HPARAMS[wildcards.arch]["accelerator"] in ("gpu", "cuda")
-    return _devices(wildcards) if asks else 0
+    return asks_for_gpus(PLACEMENT[wildcards.arch][0], _devices(wildcards))
+
+
+def train_placement(wildcards):
+    kind, precision = PLACEMENT[wildcards.arch]
+    return f"placement={kind} {precision}"
 
 
 # Training settings of a neural run, one param per setting that changes what it computes: "lr=0.01".
@@ -132,8 +153,8 @@ def export_job_settings():
 
 
 # Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.warm;
-# about 8.5 s saved per job on 2 cores). Each job stays its own Snakemake job; on a cluster, or with LMGRID_WARM=0,
-# jobs start their own interpreter as before.
+# about 8.5 s saved per job on 2 cores). Each job stays its own Snakemake job; on a cluster, with LMGRID_WARM=0, or
+# when a job trains on a GPU, jobs start their own interpreter as before.
 def start_warm_server():
     import subprocess
     import tempfile
@@ -142,7 +163,12 @@ def start_warm_server():
 
     if not workflow.local_exec or os.environ.get("LMGRID_WARM", "1") == "0":
         return
-    if not any(key.arch in NEURAL_ARCHS for key in all_runs(config["studies"])):
+    neural = [key.arch for key in all_runs(config["studies"]) if key.arch in NEURAL_ARCHS]
+    if not neural:
+        return
+    if any(PLACEMENT[arch][0] == "cuda" for arch in neural):
+        print("lmgrid: training on a GPU: every training job starts its own process (a process that set up CUDA "
+              "cannot fork one that uses it)", file=sys.stderr)
         return
     path = os.path.join(tempfile.mkdtemp(prefix="lmgrid-warm-"), "train.sock")
     os.makedirs(f"results/{CORPUS}/logs", exist_ok=True)

@@ -5,6 +5,8 @@
 # so a changed setting reruns exactly the runs it affects and the dry run's reason names it.  Settings that only
 # change how a run is executed or watched (log_every, accelerator, devices, compile: `x-changes-results: false` in
 # the schema) reach the job through its environment (export_job_settings), and changing them reschedules nothing.
+# Where the run trains (cpu or cuda) and in which precision is a param of its own (placement, common.smk): a cell
+# trained on a CPU is not done on a GPU.
 CKPT_DIR = beside_runs("ckpt/runs")
 export_job_settings()
 
@@ -25,6 +27,7 @@ rule train:
         run_dir=RUN_DIR,
         ckpt_dir=CKPT_DIR,
         **SETTING_PARAMS,
+        placement=train_placement,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -40,7 +43,7 @@ rule train:
         f"lmgrid train --arch {{wildcards.arch}} --impl {{wildcards.impl}} --n-step {{wildcards.n_step}} "
         f"--layers {{wildcards.layers}} --regime {{wildcards.regime}} --seed {{wildcards.seed}} "
         f"--train {{input.train}} --valid {{input.valid}} --test {{input.test}} --vocab {{input.vocab}} "
-        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --threads {{threads}} > {{log}} 2>&1"
+        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --set {{params.placement:q}} --threads {{threads}} > {{log}} 2>&1"
 
 
 # LSTM and GRU runs also write their gate statistics.

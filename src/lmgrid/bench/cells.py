@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from lmgrid.models import ModelConfig, build_model
+from lmgrid.neural.precision import full_fp32
 
 VARIANTS = ["lstm/torch", "lstm/cell", "lstm/concat", "lstm/cell+compile", "lstm/concat+compile",
             "gru/torch", "gru/cell", "gru/cell+compile"]
@@ -91,6 +92,11 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    with full_fp32():  # as training runs: cuDNN's RNNs in IEEE float32, not TF32, like the hand-written cells
+        return _measure(args)
+
+
+def _measure(args) -> int:
     print(f"# {args.layers}x{args.hidden} bptt={args.bptt} batch={args.batch} V={args.vocab}; torch {torch.__version__}"
           f", {torch.get_num_threads()} threads, "
           f"{torch.cuda.get_device_name(args.device) if args.device.startswith('cuda') else platform.machine()}; fwd+bwd+SGD step,"

@@ -90,7 +90,8 @@ def fp32_recurrence(x: torch.Tensor):
     unscaled fp16 while the hand-written cells ran their matmuls in bf16: the three LSTMs would stop being
     comparable.  With `precision: bf16-mixed` every recurrence (every impl of rnn, lstm, gru) therefore runs in
     float32, and only the embedding and the output layer (with a large vocabulary the costliest matmul, and
-    recurrence-free) run in bf16."""
+    recurrence-free) run in bf16.  That float32 is IEEE float32 on a GPU too: cuDNN's RNN kernels would otherwise
+    run in TF32 on Ampere and later, where the hand-written cells' matmuls do not (precision.full_fp32)."""
     return torch.autocast(device_type=x.device.type, enabled=False)
 
 

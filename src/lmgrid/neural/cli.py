@@ -35,13 +35,15 @@ def cmd_train(a) -> None:
     if not isinstance(hp, dict):
         raise LmgridError("--hparams: expected a JSON object of training settings")
     hp.update(_job_settings(a.arch))
-    hp.update(dict(a.set or []))
+    sets = dict(a.set or [])
+    placement = sets.pop("placement", None)  # where the workflow planned the run: not a training setting
+    hp.update(sets)
     if a.fast:
         # A smoke test: one short epoch on the first 2000 train tokens, small model; evaluation stays complete.
         hp.update(epochs=1, max_train_tokens=2000, emb_dim=16, hidden_dim=16, log_every=0)
     run(arch=a.arch, impl=a.impl, n_step=a.n_step, layers=a.layers, regime=a.regime, seed=a.seed,
         paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab, run_dir=a.run_dir,
-        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads, live_mlflow=_live(a))
+        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads, live_mlflow=_live(a), placement=placement)
 
 
 def _job_settings(arch: str) -> dict:
@@ -89,7 +91,9 @@ def register(sub) -> None:
     s.add_argument("--run-dir", required=True, help="output folder (RunKey.run_dir)")
     s.add_argument("--ckpt-dir", required=True, help="in-progress checkpoints; kept on failure, resumed from")
     s.add_argument("--hparams", default="{}", help="JSON object of training settings (config.yaml `train:`)")
-    s.add_argument("--set", type=_setting, action="append", metavar="KEY=VALUE", help="override one setting")
+    s.add_argument("--set", type=_setting, action="append", metavar="KEY=VALUE",
+                   help="override one setting; placement='KIND PRECISION' (the workflow's plan, e.g. 'cuda "
+                        "bf16-mixed'): train on that device kind and check the precision (auto: as it resolves)")
     s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     s.add_argument("--fast", action="store_true", help="smoke test: one tiny epoch on 2000 train tokens")
     s.set_defaults(func=cmd_train)

@@ -6,7 +6,7 @@ log(PPL) of the shared convention and never averages over padding.
 Under DDP (`train.devices` > 1) each process holds a share of every global batch (lmgrid.neural.data).  DDP
 averages the processes' gradients, so each process's loss is its NLL sum times the number of processes over the
 global batch's count of targets: the averaged gradient is then exactly that of the global batch's mean NLL, as
-in one process.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
+in one process.  The divergence check reads each process's own mean NLL, not that scaled loss.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
 sees the same valid loss (early stopping, LR decay and checkpoints decide alike) and each token counts once.
 """
 from __future__ import annotations
@@ -140,7 +140,10 @@ class LMModule(pl.LightningModule):
             n_global = n.clone()
             torch.distributed.all_reduce(n_global)  # the global batch's targets
             loss = nll * self.trainer.world_size / n_global
-        self._add_train_step(nll.detach(), n, loss.detach())
+        # The divergence check reads this process's own mean NLL: the loss above is up to world-size times it (a
+        # process holding one example of a short last batch), and a process with no targets has nothing to check.
+        own_mean = torch.where(n > 0, nll.detach() / n.clamp(min=1), torch.zeros_like(nll.detach()))
+        self._add_train_step(nll.detach(), n, own_mean)
         # On the CPU reading the sums costs nothing, so every step is checked and a diverged step stops the run
         # before the optimizer applies it; on a GPU a host read per step would stall it, so the device-side record
         # of the first bad step is read every finite_check_every steps (the message still names that step).
@@ -149,6 +152,7 @@ class LMModule(pl.LightningModule):
         return loss
 
     def _add_train_step(self, nll: torch.Tensor, n: torch.Tensor, loss: torch.Tensor) -> None:
+        """Add a step's NLL sum and count; record the first step whose mean NLL `loss` is bad (check_finite)."""
         # Device-side only: no host value enters (a host scalar copied to the GPU would synchronise too).
         if self._train_sums is None:
             self._train_sums = torch.zeros(5, dtype=torch.float64, device=nll.device)

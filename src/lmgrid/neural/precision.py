@@ -1,15 +1,21 @@
 """Which numeric precision a training run uses, and why (recorded in metrics.json).
 
 `precision: auto` picks `bf16-mixed` where the hardware computes bf16 natively and `32-true` elsewhere:
-* a CUDA GPU that supports bf16 (torch.cuda.is_bf16_supported: Ampere and later);
+* a CUDA GPU of compute capability 8.0 or later (Ampere on): torch.cuda.is_bf16_supported(including_emulation=False).
+  Its default, including_emulation=True, also says yes on a V100 or T4, where bf16 is emulated and slower;
 * a CPU with the `avx512_bf16` or `amx_bf16` instructions (Linux /proc/cpuinfo flags): there oneDNN runs the
   bf16 matmuls natively; measured on the 2-core AVX-512 development machine, a 2x200 LSTM training step on PTB
   ran 1.85x faster than in fp32 (docs/benchmarks.md).  Without them bf16 is emulated and slower than fp32.
 Under bf16-mixed only the embedding, the output layer and the Transformer run in bf16; every recurrence stays
 float32 (lmgrid.models.common.fp32_recurrence).  An explicit `32-true` or `bf16-mixed` is used as asked.
+
+float32 means IEEE float32 (full_fp32): on Ampere and later cuDNN runs its RNN kernels (nn.LSTM, nn.GRU, nn.RNN,
+`impl: torch`) in TF32 by default, with a 10-bit mantissa, while the hand-written cells' matmuls stay IEEE: the three
+implementations would stop computing the same thing.  metrics.json records the settings the run had.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -55,14 +61,26 @@ def native_cpu_bf16(flags: set[str] | None = None) -> list[str]:
     return sorted(set(NATIVE_CPU_BF16_FLAGS) & (cpu_flags() if flags is None else flags))
 
 
-def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None) -> tuple[str, str]:
-    """(the Lightning precision to train with, why)."""
-    if cuda:
-        import torch
+def gpu_bf16() -> tuple[bool, str]:
+    """(whether the current CUDA GPU computes bf16 natively, a label naming it and its compute capability)."""
+    import torch
 
-        bf16 = torch.cuda.is_bf16_supported()
+    major, minor = torch.cuda.get_device_capability()
+    label = f"{torch.cuda.get_device_name()} (compute capability {major}.{minor})"
+    return torch.cuda.is_bf16_supported(including_emulation=False), label
+
+
+def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None,
+                      gpu: tuple[bool, str] | None = None) -> tuple[str, str]:
+    """(the Lightning precision to train with, why).  gpu: gpu_bf16()'s answer, asked when None."""
+    if cuda:
+        native, label = gpu_bf16() if gpu is None else gpu
         if asked == "auto":
-            return ("bf16-mixed", "auto: the GPU supports bf16") if bf16 else ("32-true", "auto: the GPU lacks bf16")
+            if native:
+                return "bf16-mixed", f"auto: the GPU {label} computes bf16 natively"
+            return "32-true", f"auto: the GPU {label} has no native bf16 (compute capability 8.0 and later have it)"
+        if asked == "bf16-mixed" and not native:
+            return asked, f"as configured (the GPU {label} emulates bf16: slower than 32-true)"
         return asked, "as configured"
     native = native_cpu_bf16(flags)
     if asked == "auto":
@@ -72,6 +90,40 @@ def resolve_precision(asked: str, cuda: bool, flags: set[str] | None = None) -> 
     if asked == "bf16-mixed" and not native:
         return asked, "as configured (this CPU emulates bf16: slower than 32-true)"
     return asked, "as configured"
+
+
+# The float32 settings pinned for a run, per device kind: (torch.backends attribute path, what is pinned).
+FP32_SETTINGS = {"cuda": ("cuda.matmul", "cudnn.rnn"), "cpu": ("mkldnn.matmul", "mkldnn.rnn")}
+
+
+def _backend(path: str):
+    import torch
+
+    obj = torch.backends
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def fp32_settings(device_type: str) -> dict[str, str]:
+    """The float32 settings in effect for a device kind, read back from torch: {"cuda.matmul": "ieee", ...}."""
+    return {path: _backend(path).fp32_precision for path in FP32_SETTINGS[device_type]}
+
+
+@contextlib.contextmanager
+def full_fp32():
+    """Float32 matmuls and RNN kernels in IEEE float32, not TF32 (nor bf16 on the CPU), for the duration.  Both
+    device kinds' settings are pinned (they are process-wide and cost nothing where unused).  Only torch's
+    fp32_precision API is used: mixing it with the legacy allow_tf32 flags makes torch refuse to read them."""
+    paths = FP32_SETTINGS["cuda"] + FP32_SETTINGS["cpu"]
+    before = {path: _backend(path).fp32_precision for path in paths}
+    try:
+        for path in paths:
+            _backend(path).fp32_precision = "ieee"
+        yield
+    finally:
+        for path, value in before.items():
+            _backend(path).fp32_precision = value
 
 
 def autocast(precision: str, device_type: str):

@@ -44,7 +44,7 @@ from .callbacks import EpochLog, Progress
 from .data import LMData
 from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
-from .precision import autocast, resolve_precision
+from .precision import autocast, fp32_settings, full_fp32, resolve_precision
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 
@@ -72,9 +72,11 @@ def schedule_settings(hp: dict) -> dict:
             "decay_from": hp["lr_decay_from_epoch"]}
 
 
-def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:
-    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_COMPUTING}},
-                                  sort_keys=True).encode())
+def _fingerprint(run: dict, hp: dict, paths: dict[str, str], placement: dict) -> str:
+    """What a checkpoint must match to be resumed: the run, its computing settings, its input files, and where and
+    in which precision it trains (placement), so a checkpoint is never resumed on another device kind or precision."""
+    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_COMPUTING},
+                                   "placement": placement}, sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
         h.update(Path(paths[name]).read_bytes())
@@ -101,6 +103,31 @@ def _resume_path(ckpt_dir: Path, fingerprint: str) -> Path | None:
     return last if stamp.is_file() and stamp.read_text().strip() == fingerprint and last.is_file() else None
 
 
+def use_cuda(accelerator: str) -> bool:
+    """Whether a run with this `train.accelerator` trains on a GPU: `auto` where one is visible; `gpu` and `cuda`
+    without one are an error, not a silent CPU run (on SLURM: hours on a few cores until the time limit)."""
+    if accelerator == "cpu":
+        return False
+    if torch.cuda.is_available():
+        return True
+    if accelerator in ("gpu", "cuda"):
+        why = ("this torch is a CPU build" if torch.version.cuda is None and torch.version.hip is None else
+               f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}" if "CUDA_VISIBLE_DEVICES" in os.environ
+               else "torch.cuda.is_available() is False")
+        raise LmgridError(f"train.accelerator: {accelerator!r} asks for a GPU, but none is visible ({why}); "
+                          "use accelerator: cpu or auto, or run where a GPU is (docs/cluster.md)")
+    return False
+
+
+def parse_placement(text: str) -> tuple[str, str]:
+    """`--set placement="cuda bf16-mixed"`: the device kind the workflow planned the run on, and its precision
+    (`auto` where the workflow could not resolve it, as on a cluster's login node): lmgrid.neural.placement."""
+    parts = str(text).split()
+    if len(parts) != 2 or parts[0] not in ("cpu", "cuda") or parts[1] not in ("32-true", "bf16-mixed", "auto"):
+        raise LmgridError(f"placement: expected '<cpu|cuda> <32-true|bf16-mixed|auto>', got {text!r}")
+    return parts[0], parts[1]
+
+
 def _device_name(device: torch.device, devices: int = 1) -> str:
     times = f" x {devices}" if devices > 1 else ""
     if device.type == "cuda":
@@ -108,13 +135,28 @@ def _device_name(device: torch.device, devices: int = 1) -> str:
     return f"cpu ({torch.get_num_threads()} threads){times}"
 
 
-def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
-        vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0,
-        live_mlflow: dict | None = None) -> dict:
-    """Train one grid cell and write its run folder; returns metrics.json's content."""
+def run(**kwargs) -> dict:
+    """Train one grid cell and write its run folder; returns metrics.json's content (arguments: _run's).
+
+    Float32 is IEEE float32 throughout, TF32 off (precision.full_fp32); the caller's settings are restored."""
+    with full_fp32():
+        return _run(**kwargs)
+
+
+def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
+         vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0,
+         live_mlflow: dict | None = None, placement: str | None = None) -> dict:
+    """placement ("cuda bf16-mixed", the workflow's plan of the run: lmgrid.neural.placement) overrides
+    train.accelerator with its device kind, and its precision, unless `auto`, must be what the run resolves."""
     t0 = time.time()
     check_run(arch, impl, n_step, layers, regime)
     hp = resolve_hparams(hp, arch)
+    planned_kind, planned_precision = parse_placement(placement) if placement else (None, "auto")
+    cuda = use_cuda({"cuda": "gpu", "cpu": "cpu"}.get(planned_kind, hp["accelerator"]))
+    precision, precision_reason = resolve_precision(hp["precision"], cuda)
+    if planned_precision not in ("auto", precision):
+        raise LmgridError(f"precision: the workflow planned {planned_precision} for this run, but here it resolves "
+                          f"to {precision} ({precision_reason}); run the workflow again where the job runs")
     key = normalise(arch, impl, n_step, layers, regime, seed)
     devices, main = hp["devices"], rank_zero_only.rank == 0  # the rank Lightning's launcher gave this process
     if threads > 0:
@@ -134,11 +176,10 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                     **{k: hp[k] for k in MODEL_KEYS}}
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
-    fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path})
+    fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path},
+                               {"device": "cuda" if cuda else "cpu", "precision": precision})
     resume = _prepare_ckpt_dir(ckpt_dir, fingerprint) if main else _resume_path(ckpt_dir, fingerprint)
 
-    cuda = hp["accelerator"] in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    precision, precision_reason = resolve_precision(hp["precision"], cuda)
     if cuda and devices > torch.cuda.device_count():
         raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
@@ -241,6 +282,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
         "device": _device_name(device, devices),
         "precision": precision,
         "precision_reason": precision_reason,
+        # The float32 arithmetic the run had (precision.full_fp32): "ieee", never "tf32".
+        "fp32_precision": fp32_settings(device.type),
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
         "hparams": hp,
