@@ -69,14 +69,18 @@ def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str 
                  "dim": matrix.shape[1]}, kv)
             if name == "input":
                 maps[key] = kv
-        print(f"{key.name}: {' and '.join(matrices)} embedding evaluated evaluated", file=sys.stderr)
+        print(f"{key.name}: {' and '.join(matrices)} embedding evaluated", file=sys.stderr)
     sentences = load_split(train_path)
     for dim in sorted({r["dim"] for r in rows}):
-        for kind, (kept, vectors) in (("ppmi-svd", ppmi.ppmi_svd(sentences, words, dim, window, seed)),
-                                      ("random", ppmi.random_vectors(words, dim, seed))):
+        baselines = {"random": ppmi.random_vectors(words, dim, seed)}
+        if dim < len(words):
+            baselines = {"ppmi-svd": ppmi.ppmi_svd(sentences, words, dim, window, seed), **baselines}
+        else:  # a toy vocabulary: SVD cannot reduce to a dimension it does not have
+            print(f"PPMI-SVD d{dim}: left out (the vocabulary has only {len(words)} words)", file=sys.stderr)
+        for kind, (kept, vectors) in baselines.items():
             kv = export.keyed_vectors(kept, vectors)
             written.append(export.save_word2vec(kv, base / "vectors" / "baselines" / f"{kind}_d{dim}.w2v.txt"))
-            add({"model": baseline_label(kind, dim), "run": "", "arch": kind, "embedding": "input", "dim": dim}, kv)
+            add({"model": baseline_label(kind, dim), "run": "", "arch": kind, "embedding": "-", "dim": dim}, kv)
     table = pd.DataFrame(rows)
     table = table[ID_COLUMNS + [c for c in table.columns if c not in ID_COLUMNS]]
     neighbours = pd.DataFrame(near, columns=["model", "embedding", "probe", "rank", "neighbour", "cosine"])
