@@ -12,10 +12,10 @@ def cmd_embed(a) -> None:
     from ..corpus import read_sentences
     from . import export
 
-    if not (a.words or a.sentences):
-        raise LmgridError("lmgrid embed: nothing to do (give --words DIR and/or --sentences FILE)")
     if (a.query is not None or a.out) and not a.sentences:
         raise LmgridError(f"{'--query' if a.query is not None else '--out'}: needs --sentences FILE")
+    if not (a.words or a.sentences):
+        raise LmgridError("lmgrid embed: nothing to do (give --words DIR and/or --sentences FILE)")
     if a.k < 1:
         raise LmgridError(f"-k: must be >= 1, got {a.k}")
     lm = export.load_neural(a.run)
