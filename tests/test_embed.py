@@ -297,3 +297,32 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
         assert len(err) == 1 and err[0].startswith("lmgrid: error: ") and message in err[0], err
     monkeypatch.setattr(export, "known_words", lambda lm, words: words)
     assert cli.main(["embed", "--run", str(run_dir), "--sentences", str(text), "--query", "foo BAR"]) == 0
+
+
+def test_mlflow_payload_is_the_cells_own_scores_and_vectors(tmp_path):
+    """A cell's MLflow metrics are its own rows of embeddings.csv (embed_<embedding>_<score>, empty scores left
+    out) and its artifacts its own vector files.  kills: the rows selected by another key than the run folder (here:
+    the first rows of the table, another cell's)."""
+    import pandas as pd
+
+    from lmgrid.aggregate import tracking
+    from lmgrid.runkey import RunKey
+
+    keys = [RunKey("ffnn", "torch", n, 1, "window", 1) for n in (2, 3)]
+    rows = [{"model": k.name, "run": k.run_dir("c"), "arch": "ffnn", "embedding": e, "dim": 8,
+             "wordsim353_rho": float("nan"), "wordsim353_pairs_covered": 3 + k.n_step, "analogy_accuracy": 0.1 * i}
+            for k in keys for i, e in enumerate(("input", "output"))]
+    (tmp_path / "results/c/embeddings").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / "results/c/embeddings/embeddings.csv", index=False)
+    for k in keys:
+        folder = tmp_path / k.beside("c", "embeddings/vectors")
+        folder.mkdir(parents=True)
+        (folder / "input.w2v.txt").write_text("1 1\nx 0.5\n")
+    want = {"embed_input_wordsim353_pairs_covered": 6.0, "embed_input_analogy_accuracy": 0.0,
+            "embed_output_wordsim353_pairs_covered": 6.0, "embed_output_analogy_accuracy": 0.1}
+    metrics, files = tracking.embedding_payload(tmp_path, "c", keys[1])
+    assert metrics == pytest.approx(want) and files == [tmp_path / keys[1].beside("c", "embeddings/vectors") /
+                                                        "input.w2v.txt"]
+    wrong = tracking.embedding_payload(tmp_path, "c", keys[0])[0]
+    assert wrong != pytest.approx(want)
+    assert tracking.embedding_payload(tmp_path, "c", RunKey("kn", "ngram", 2, 1, "window", 0)) == ({}, [])

@@ -23,7 +23,8 @@ from .evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map
 MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label
-LABEL_GAP = 0.06  # a label is placed only this far (fraction of the axes) from every other labelled point
+# A label's box in fractions of the axes (7-pt text on a 3.4-inch figure): characters wide, one line high.
+CHAR_W, LINE_H = 0.022, 0.05
 COLUMN_IN = 3.4  # single-column width of a paper, inches
 
 
@@ -99,16 +100,21 @@ def write_neighbours(near: pd.DataFrame, stem) -> list[str]:
     return [f"{stem}.md", f"{stem}.html"]
 
 
-def labelled(points: np.ndarray, n: int = MAP_LABELS, gap: float = LABEL_GAP) -> list[int]:
-    """Rows (most frequent first) to label: each at least `gap` (fraction of the axes' span) from every row chosen
-    before it, so no two labels sit on each other."""
+def labelled(points: np.ndarray, words: list[str], n: int = MAP_LABELS) -> list[int]:
+    """Rows (most frequent first) to label: a label goes right of and above its point, and is placed only where its
+    box overlaps no box placed before it, so no two labels sit on each other."""
     span = points.max(0) - points.min(0)
     unit = (points - points.min(0)) / np.where(span > 0, span, 1.0)
     chosen: list[int] = []
+
+    def clear(i: int, j: int) -> bool:
+        (xi, yi), (xj, yj) = unit[i], unit[j]
+        return xi + CHAR_W * len(words[i]) < xj or xj + CHAR_W * len(words[j]) < xi or abs(yi - yj) > LINE_H
+
     for i in range(len(points)):
         if len(chosen) == n:
             break
-        if all(np.hypot(*(unit[i] - unit[j])) >= gap for j in chosen):
+        if all(clear(i, j) for j in chosen):
             chosen.append(i)
     return chosen
 
@@ -122,7 +128,7 @@ def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(COLUMN_IN, COLUMN_IN))
         ax.scatter(points[:, 0], points[:, 1], s=4, color="#4c72b0", alpha=0.5, linewidths=0)
-        for i in labelled(points):
+        for i in labelled(points, words):
             ax.annotate(words[i], points[i], fontsize=7, xytext=(2, 2), textcoords="offset points")
         ax.set_xlabel("principal component 1")
         ax.set_ylabel("principal component 2")
