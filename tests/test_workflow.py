@@ -241,5 +241,5 @@ def test_embeddings_job_writes_vectors_scores_and_study_outputs(tmp_path, repo):
     assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv")) == \
         {"embeddings": 1}
     # The mutant: Snakemake blind to params (only file times) plans nothing, so the rerun above came from them.
-    assert planned_jobs(snakemake(tmp_path, repo, "-n", "--rerun-triggers", "mtime",
-                                  "results/tiny/embeddings/embeddings.csv")) == {}
+    assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv",
+                                  "--rerun-triggers", "mtime")) == {}

@@ -2,7 +2,7 @@
 # vectors (lmgrid.embed; docs/contracts.md), and each study's embeddings table, neighbours and map.  One job per
 # corpus, not per cell: every cell's vectors come out of one process that imports torch, gensim and scikit-learn
 # once (a job per cell would add that start-up, a few seconds, to every cell of the grid).
-from lmgrid.aggregate.layout import embedding_plan
+from lmgrid.aggregate.layout import EMBEDDINGS_DIR, embedding_plan
 
 EMBED = config["embeddings"]
 EMBED_RUN_DIRS = [key.run_dir(CORPUS) for key in all_runs(config["studies"]) if not key.is_ngram]
@@ -12,7 +12,8 @@ def embedding_outputs(corpus):
     """The embeddings job's files for `corpus` (none when there is no neural cell or embeddings.enabled is false)."""
     if not (EMBED["enabled"] and EMBED_RUN_DIRS):
         return []
-    fixed = [f"results/{corpus}/embeddings/{f}" for f in ("embeddings.csv", "neighbours.csv", "vectors")]
+    base = EMBEDDINGS_DIR.format(corpus=corpus)
+    fixed = [f"{base}/{f}" for f in ("embeddings.csv", "neighbours.csv", "vectors")]
     return fixed + expand(snakemake_outputs(config["studies"], plan=embedding_plan), corpus=corpus)
 
 
@@ -24,9 +25,9 @@ rule embeddings:
         train="results/{corpus}/corpus/train.txt",
         vocab="results/{corpus}/vocab.json",
     output:
-        csv="results/{corpus}/embeddings/embeddings.csv",
-        neighbours="results/{corpus}/embeddings/neighbours.csv",
-        vectors=directory("results/{corpus}/embeddings/vectors"),
+        csv=f"{EMBEDDINGS_DIR}/embeddings.csv",
+        neighbours=f"{EMBEDDINGS_DIR}/neighbours.csv",
+        vectors=directory(f"{EMBEDDINGS_DIR}/vectors"),
         studies=snakemake_outputs(config["studies"], report, plan=embedding_plan),
     params:
         studies=shlex.quote(json.dumps(config["studies"], sort_keys=True)),

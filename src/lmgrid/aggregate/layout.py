@@ -12,6 +12,8 @@ from ..runkey import RunKey, expand_study
 
 GATED_ARCHS = ("lstm", "gru")
 STUDIES_DIR = "results/{corpus}/studies"
+EMBEDDINGS_DIR = "results/{corpus}/embeddings"  # `lmgrid embeddings` (lmgrid.embed.pipeline)
+EMBEDDING_VECTORS = "embeddings/vectors"  # a cell's word vectors: RunKey.beside(corpus, EMBEDDING_VECTORS)
 TABLE_EXTS = ("csv", "md", "tex", "html")  # html: the view in the Snakemake report
 FIGURE_EXTS = ("pdf", "png")
 

@@ -25,7 +25,7 @@ from ..errors import LmgridError, read_json
 from ..runkey import RunKey, all_runs, expand_study
 from . import artifact_store
 from .collect import read_benchmark, read_gates, read_log
-from .layout import STUDIES_DIR, check_mlflow
+from .layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, check_mlflow
 
 TAG_KEY = "lmgrid.run_key"
 TAG_HASH = "lmgrid.content_sha256"
@@ -159,7 +159,7 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
 def embedding_payload(root: Path, corpus: str, key: RunKey) -> tuple[dict[str, float], list[Path]]:
     """The cell's word-vector scores (results/<corpus>/embeddings/embeddings.csv, lmgrid.embed) as metrics
     embed_<embedding>_<score>, missing scores left out, and its vector files; nothing when that job did not run."""
-    table = root / f"results/{corpus}/embeddings/embeddings.csv"
+    table = root / EMBEDDINGS_DIR.format(corpus=corpus) / "embeddings.csv"
     if key.is_ngram or not table.is_file():
         return {}, []
     rows = pd.read_csv(table, keep_default_na=False, na_values=["", "nan"])
@@ -168,7 +168,7 @@ def embedding_payload(root: Path, corpus: str, key: RunKey) -> tuple[dict[str, f
         for col in rows.columns[rows.columns.get_loc("dim") + 1:]:
             if pd.notna(row[col]):
                 metrics[f"embed_{row['embedding']}_{col}"] = float(row[col])
-    return metrics, sorted((root / key.beside(corpus, "embeddings/vectors")).glob("*.w2v.txt"))
+    return metrics, sorted((root / key.beside(corpus, EMBEDDING_VECTORS)).glob("*.w2v.txt"))
 
 
 def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int,

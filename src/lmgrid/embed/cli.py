@@ -35,7 +35,7 @@ def cmd_embed(a) -> None:
     if a.out:
         with atomic_write(a.out) as fh:
             for v in vectors:
-                fh.write("\t".join(f"{x:.7g}" for x in v) + "\n")
+                fh.write("\t".join(f"{x:.9g}" for x in v) + "\n")  # 9 digits: float32 exactly
         print(f"wrote {a.out}: {len(vectors)} sentence vectors of dimension {vectors.shape[1]}", file=sys.stderr)
     if query is not None:
         q = export.sentence_vectors(lm, [query])[0]

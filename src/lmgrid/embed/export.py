@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import LmgridError
+from ..errors import LmgridError, read_json
 from ..runkey import NGRAM_ARCHS
 from ..vocab import SPECIALS
 
@@ -31,7 +31,6 @@ SENTENCE_BATCH = 256
 
 def load_neural(run_dir):
     """The run's model as neural.model_io.NeuralLM; one line when the folder holds no neural model."""
-    from ..errors import read_json
     from ..neural.model_io import load_run
 
     run_dir = Path(run_dir)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..aggregate.layout import STUDIES_DIR, embedding_plan, model_label
+from ..aggregate.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, embedding_plan, model_label
 from ..aggregate.names import display
 from ..corpus import load_split
 from ..errors import LmgridError, atomic_write, read_json
@@ -25,7 +25,6 @@ from ..runkey import RunKey, all_runs, expand_study
 from ..vocab import SPECIALS, Vocab
 from . import evaluate, export, ppmi, study
 
-VECTORS = "results/{corpus}/embeddings/vectors"
 BASELINES = {"ppmi-svd": "PPMI-SVD", "random": "random"}
 ID_COLUMNS = ["model", "run", "arch", "impl", "n_step", "layers", "regime", "seed", "embedding", "dim"]
 
@@ -42,7 +41,7 @@ def baseline_label(kind: str, dim: int) -> str:
 def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str | Path = ".", window: int = 5,
         probes: list[str] | None = None, n_probes: int = 8, k: int = 5, seed: int = 0) -> list[str]:
     root = Path(root)
-    base = root / f"results/{corpus}/embeddings"
+    base = root / EMBEDDINGS_DIR.format(corpus=corpus)
     vocab = Vocab.load(vocab_path)
     words = [t for t in vocab.tokens if t not in SPECIALS]  # by descending train count (vocab.build)
     probe_list = evaluate.probe_words(words, n_probes, probes)
@@ -59,7 +58,7 @@ def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str 
         lm = export.load_neural(run_dir)
         if lm.vocab.tokens != vocab.tokens:
             raise LmgridError(f"{run_dir}: its vocabulary differs from {vocab_path}; retrain the run")
-        folder = root / key.beside(corpus, VECTORS.split("{corpus}/", 1)[1])
+        folder = root / key.beside(corpus, EMBEDDING_VECTORS)
         matrices = export.word_matrices(lm)
         for name, matrix in matrices.items():
             written.append(export.save_word2vec(export.keyed_vectors(vocab.tokens, matrix),

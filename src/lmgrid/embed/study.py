@@ -48,7 +48,8 @@ def shown(rows: pd.DataFrame) -> pd.DataFrame:
         out[f"{DISPLAY[bench]} pairs"] = [f"{r[f'{bench}_pairs_covered']}/{r[f'{bench}_pairs']}"
                                           for _, r in rows.iterrows()]
     out["analogy accuracy"] = [_accuracy(r) for _, r in rows.iterrows()]
-    out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}" for _, r in rows.iterrows()]
+    out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}"
+                                for _, r in rows.iterrows()]
     return out
 
 
