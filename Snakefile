@@ -30,6 +30,7 @@ include: "workflow/rules/ngram.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/embed.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -56,5 +57,6 @@ rule all:
         f"results/{CORPUS}/summary.html",
         expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",
+        embedding_outputs(CORPUS),
         expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])
         if config["reference"] else [],

@@ -207,3 +207,39 @@ def test_the_report_opens_in_a_real_browser(finished, tmp_path):
     (tmp_path / "broken.html").write_text(broken[:end] + '<script>console.error("boom")</script>' + broken[end:])
     _, problems = check(tmp_path / "broken.html")
     assert any("image does not decode" in p for p in problems) and any("console error: boom" in p for p in problems)
+
+
+# ---- embeddings (lmgrid.embed): one job per corpus after training -----------------------------------------------
+
+def test_embeddings_job_writes_vectors_scores_and_study_outputs(tmp_path, repo):
+    """On a tiny synthetic grid the embeddings job writes every neural cell's vectors, the scores, and the study's
+    table, neighbours and map; the table says the benchmarks do not cover the made-up words.  A changed
+    embeddings setting reruns that job alone.  kills: a setting missing from the rule's params (the change would
+    rerun nothing)."""
+    import pandas as pd
+
+    cfg = {**json.loads(json.dumps(TINY)), "studies": {"ctx": {"arch": ["ffnn", "mkn"], "n_step": [2, 3]}},
+           "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8}}
+    write_config(tmp_path, cfg)
+    r = snakemake(tmp_path, repo, "results/tiny/embeddings/embeddings.csv")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = tmp_path / "results" / "tiny"
+    table = pd.read_csv(res / "embeddings" / "embeddings.csv")
+    assert sorted(table["model"]) == ["Feed-forward n2 l1 window s1"] * 2 + ["Feed-forward n3 l1 window s1"] * 2 + \
+        ["PPMI-SVD d8", "random d8"]
+    for cell in ("n2_l1_window_s1", "n3_l1_window_s1"):
+        assert {p.name for p in (res / "embeddings/vectors/ffnn/torch" / cell).iterdir()} == \
+            {"input.w2v.txt", "output.w2v.txt"}
+    study = res / "studies" / "ctx"
+    for f in ("embeddings.csv", "embeddings.md", "embeddings.html", "embeddings_neighbours.md",
+              "embeddings_neighbours.html", "embeddings_map.png", "embeddings_map.pdf"):
+        assert (study / f).is_file(), f
+    assert "too few for any score" in (study / "embeddings.md").read_text()
+    assert (res / "logs" / "embeddings.log").is_file()
+    cfg["embeddings"] = {"ppmi_window": 2}
+    write_config(tmp_path, cfg)
+    assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv")) == \
+        {"embeddings": 1}
+    # The mutant: Snakemake blind to params (only file times) plans nothing, so the rerun above came from them.
+    assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv",
+                                  "--rerun-triggers", "mtime")) == {}

@@ -41,6 +41,7 @@ rule mlflow_sync:
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         studies=snakemake_outputs(config["studies"]),
+        embeddings=lambda w: embedding_outputs(w.corpus),  # embed.smk: scores and vectors of every neural cell
         # The data every run saw: logged as dataset inputs with digests, so changed data re-syncs and shows.
         data=expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
         stats="results/{corpus}/corpus/corpus_stats.json",

@@ -12,6 +12,8 @@ from ..runkey import RunKey, expand_study
 
 GATED_ARCHS = ("lstm", "gru")
 STUDIES_DIR = "results/{corpus}/studies"
+EMBEDDINGS_DIR = "results/{corpus}/embeddings"  # `lmgrid embeddings` (lmgrid.embed.pipeline)
+EMBEDDING_VECTORS = "embeddings/vectors"  # a cell's word vectors: RunKey.beside(corpus, EMBEDDING_VECTORS)
 TABLE_EXTS = ("csv", "md", "tex", "html")  # html: the view in the Snakemake report
 FIGURE_EXTS = ("pdf", "png")
 
@@ -50,6 +52,14 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     return plan
 
 
+def embedding_plan(study: dict) -> dict[str, list[str]]:
+    """A study's embeddings outputs (written by `lmgrid embeddings`, lmgrid.embed), when it has neural cells."""
+    if all(k.is_ngram for k in expand_study(study)):
+        return {}
+    return {"embeddings": ["csv", "md", "html"], "embeddings_neighbours": ["md", "html"],
+            "embeddings_map": list(FIGURE_EXTS)}
+
+
 # Outputs shown in the Snakemake HTML report: stem prefix -> (extension, caption file, label).
 REPORT_KINDS = {
     "table": ("html", "table.rst", "perplexity table"),
@@ -61,6 +71,9 @@ REPORT_KINDS = {
     "gate_means": ("html", "gate_means.rst", "gate means per n_step, 95% CI"),
     "findings": ("html", "findings.rst", "findings"),
     "saturation": ("png", "saturation.rst", "per-unit gate saturation"),
+    "embeddings": ("html", "embeddings.rst", "word vectors: benchmarks"),
+    "embeddings_neighbours": ("html", "embeddings_neighbours.rst", "word vectors: nearest neighbours"),
+    "embeddings_map": ("png", "embeddings_map.rst", "word vectors: map of frequent words"),
 }
 
 
@@ -76,12 +89,12 @@ def report_item(stem: str, ext: str) -> tuple[str, str] | None:
     return caption, label
 
 
-def snakemake_outputs(studies: dict, report=None, caption_dir: str = "../report") -> list:
-    """Every study output as a Snakemake pattern over {corpus}; with `report` (Snakemake's report
+def snakemake_outputs(studies: dict, report=None, caption_dir: str = "../report", plan=study_plan) -> list:
+    """Every study output of `plan` as a Snakemake pattern over {corpus}; with `report` (Snakemake's report
     function), the ones shown in the HTML report are wrapped in it, with caption, category and labels."""
     out = []
     for name, study in studies.items():
-        for stem, exts in study_plan(study).items():
+        for stem, exts in plan(study).items():
             for ext in exts:
                 path = f"{STUDIES_DIR}/{name}/{stem}.{ext}"
                 item = report_item(stem, ext) if report else None

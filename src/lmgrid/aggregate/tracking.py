@@ -25,7 +25,7 @@ from ..errors import LmgridError, read_json
 from ..runkey import RunKey, all_runs, expand_study
 from . import artifact_store
 from .collect import read_benchmark, read_gates, read_log
-from .layout import STUDIES_DIR, check_mlflow
+from .layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, check_mlflow
 
 TAG_KEY = "lmgrid.run_key"
 TAG_HASH = "lmgrid.content_sha256"
@@ -38,7 +38,7 @@ NUMERIC_PARAMS = ("order",)
 TAG_KEYS = ("stopped_because", "device", "torch_version", "lightning_version")
 KEY_FIELDS = ("name", "arch", "impl", "n_step", "layers", "regime", "seed", "valid", "test")
 VERSIONED = ("lmgrid", "torch", "pytorch-lightning", "lightning", "mlflow", "pandas", "numpy", "snakemake",
-             "matplotlib", "kenlm", "scipy")
+             "matplotlib", "kenlm", "scipy", "gensim", "scikit-learn")
 
 
 def client_for(uri: str):
@@ -154,6 +154,21 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
             history.append((f"gates_by_position/l{int(row['layer'])}/{row['gate']}/mean", float(row["mean"]),
                             int(row["index"])))
     return {"params": params, "tags": tags, "final": final, "history": history}
+
+
+def embedding_payload(root: Path, corpus: str, key: RunKey) -> tuple[dict[str, float], list[Path]]:
+    """The cell's word-vector scores (results/<corpus>/embeddings/embeddings.csv, lmgrid.embed) as metrics
+    embed_<embedding>_<score>, missing scores left out, and its vector files; nothing when that job did not run."""
+    table = root / EMBEDDINGS_DIR.format(corpus=corpus) / "embeddings.csv"
+    if key.is_ngram or not table.is_file():
+        return {}, []
+    rows = pd.read_csv(table, keep_default_na=False, na_values=["", "nan"])
+    metrics = {}
+    for _, row in rows[rows["run"] == key.run_dir(corpus)].iterrows():
+        for col in rows.columns[rows.columns.get_loc("dim") + 1:]:
+            if pd.notna(row[col]):
+                metrics[f"embed_{row['embedding']}_{col}"] = float(row[col])
+    return metrics, sorted((root / key.beside(corpus, EMBEDDING_VECTORS)).glob("*.w2v.txt"))
 
 
 def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int,
@@ -320,13 +335,15 @@ class Syncer:
         for m in self.client.search_logged_models([self.experiment_id], filter_string=f"source_run_id = '{run_id}'"):
             self.client.delete_logged_model(m.model_id)
 
-    def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str], bench: Path | None = None) -> str:
+    def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str], bench: Path | None = None,
+                  embed: tuple[dict[str, float], list[Path]] = ({}, [])) -> str:
         """`tag` is the run folder relative to the repository (results/<corpus>/runs/...); `bench` the job's
-        Snakemake benchmark file."""
+        Snakemake benchmark file; `embed` its word-vector scores and vector files (embedding_payload)."""
         files = [run_dir / f for f in ("metrics.json", "log.csv", "gates.csv")]
         if not files[0].is_file():
             raise LmgridError(f"{files[0]}: file not found (run the training first)")
-        digest = _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else ""))
+        digest = _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else "")
+                      + json.dumps(embed[0], sort_keys=True))
         tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
         start_ms, end_ms = run_times_ms(run_dir, read_json(files[0]))
         run, fresh = self._start(tag, digest, key.name, tags, start_ms)
@@ -335,7 +352,7 @@ class Syncer:
         rid = run.info.run_id
         payload = cell_payload(key, run_dir)
         params = {**payload["params"], **(self.data.params if self.data else {})}
-        final = {**payload["final"], **(benchmark_metrics(bench) if bench else {})}
+        final = {**payload["final"], **(benchmark_metrics(bench) if bench else {}), **embed[0]}
         # The model first: its final metrics (test_ppl, ...) are then logged once, linked to it for the Models view.
         model_id = self._log_model(key, tag, rid, run_dir, payload["params"])
         _log_all(self.client, rid, params, payload["tags"], final, payload["history"], end_ms, model_id)
@@ -349,6 +366,9 @@ class Syncer:
                 from .plots import run_curve
 
                 run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
+            for f in embed[1]:  # the word vectors, word2vec format
+                (Path(tmp) / "embeddings").mkdir(exist_ok=True)
+                shutil.copyfile(f, Path(tmp) / "embeddings" / f.name)
             self._packages_file(Path(tmp) / "environment")
             self.client.log_artifacts(rid, tmp)
         self._finish(rid, digest, end_ms)
@@ -405,7 +425,8 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
     for key in all_runs(studies):
         run_dir = root / key.run_dir(corpus)
         cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
-                                         root / key.beside(corpus, "benchmarks/runs", ".tsv"))
+                                         root / key.beside(corpus, "benchmarks/runs", ".tsv"),
+                                         embedding_payload(root, corpus, key))
         test_ppl[key] = read_json(run_dir / "metrics.json")["test"]["ppl"]
     study_ids = {}
     for name, study in studies.items():

@@ -17,7 +17,6 @@ from lmgrid.models import ModelConfig, build_model
 from lmgrid.ppl import BOS, EOS
 from lmgrid.vocab import Vocab
 
-from .data import window_examples
 from .precision import autocast
 
 WINDOW_BATCH = 1024
@@ -50,6 +49,8 @@ class NeuralLM:
     def sentence_logprobs(self, sentences: list[list[str]]) -> list[list[float]]:
         ids = [self.vocab.encode(s) for s in sentences]
         if self.regime == "window":
+            from .data import window_examples  # imports Lightning (~3 s): loading a model does not need it
+
             x, y = window_examples(ids, self.n_step, self.bos, self.eos)
             lp = []
             for i in range(0, len(y), WINDOW_BATCH):

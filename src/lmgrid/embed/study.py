@@ -1,0 +1,138 @@
+"""A study's embeddings outputs: the benchmark table (cells and baselines, with intervals and coverage), the nearest
+neighbours of the probe words, and a 2-D map (PCA) of the most frequent words.
+
+Where the corpus's vocabulary barely meets the benchmarks (the synthetic corpus's made-up words), the table says so
+in its note, and the neighbours are what there is to read.
+"""
+from __future__ import annotations
+
+import math
+from html import escape
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..aggregate.plots import STYLE, save  # noqa: E402
+from ..aggregate.tables import html_page  # noqa: E402
+from ..errors import atomic_write  # noqa: E402
+from .evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
+
+MAP_WORDS = 300  # the most frequent words on the map
+MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label
+# A label's box in fractions of the axes (7-pt text on a 3.4-inch figure): characters wide, one line high.
+CHAR_W, LINE_H = 0.022, 0.05
+COLUMN_IN = 3.4  # single-column width of a paper, inches
+
+
+def _rho(row, bench: str) -> str:
+    rho = row[f"{bench}_rho"]
+    if math.isnan(rho):
+        return "n/a"
+    return f"{rho:.3f} [{row[f'{bench}_rho_low']:.3f}, {row[f'{bench}_rho_high']:.3f}]"
+
+
+def _accuracy(row) -> str:
+    acc = row["analogy_accuracy"]
+    return "n/a" if math.isnan(acc) else f"{acc:.3f}"
+
+
+def shown(rows: pd.DataFrame) -> pd.DataFrame:
+    pct = int(CONFIDENCE * 100)
+    out = pd.DataFrame({"model": rows["model"], "embedding": rows["embedding"], "d": rows["dim"].astype(int)})
+    for bench in ("wordsim353", "simlex999"):
+        out[f"{DISPLAY[bench]} rho [{pct}% CI]"] = [_rho(r, bench) for _, r in rows.iterrows()]
+        out[f"{DISPLAY[bench]} pairs"] = [f"{r[f'{bench}_pairs_covered']}/{r[f'{bench}_pairs']}"
+                                          for _, r in rows.iterrows()]
+    out["analogy accuracy"] = [_accuracy(r) for _, r in rows.iterrows()]
+    out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}"
+                                for _, r in rows.iterrows()]
+    return out
+
+
+def note(rows: pd.DataFrame) -> str:
+    pct = int(CONFIDENCE * 100)
+    text = (f"Spearman rho between human ratings and cosine similarity over the pairs whose two words are in the "
+            f"vocabulary, with a {pct}% percentile bootstrap interval over those pairs; analogy accuracy (3CosAdd) "
+            f"over the questions whose four words are in it. PPMI-SVD: the count-based baseline of the same "
+            f"dimension; random: a control whose interval should contain 0.")
+    too_few = (rows[["wordsim353_pairs_covered", "simlex999_pairs_covered"]].max(axis=None) < MIN_PAIRS
+               and rows["analogy_questions_covered"].max() == 0)
+    if too_few:
+        r = rows.iloc[0]
+        text = (f"This corpus's vocabulary covers {r['wordsim353_pairs_covered']} of {r['wordsim353_pairs']} "
+                f"WordSim-353 pairs, {r['simlex999_pairs_covered']} of {r['simlex999_pairs']} SimLex-999 pairs and "
+                f"{r['analogy_questions_covered']} of {r['analogy_questions']} analogy questions: too few for any "
+                f"score (a rho needs {MIN_PAIRS} pairs), so the benchmarks say nothing here. The nearest neighbours "
+                f"(embeddings_neighbours) show what the vectors learned. " + text)
+    return text
+
+
+def write_table(rows: pd.DataFrame, stem) -> list[str]:
+    """stem.csv (every figure, all digits), stem.md and stem.html (the table as shown, with its note)."""
+    title = "Word vectors against WordSim-353, SimLex-999 and the analogies"
+    show, text = shown(rows), note(rows)
+    with atomic_write(f"{stem}.csv") as fh:
+        rows.to_csv(fh, index=False, float_format="%.6g")
+    with atomic_write(f"{stem}.md") as fh:
+        fh.write(f"## {title}\n\n{text}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
+    with atomic_write(f"{stem}.html") as fh:
+        fh.write(html_page(title, [f"<p>{escape(text)}</p>", show.to_html(index=False, border=0)]))
+    return [f"{stem}.{e}" for e in ("csv", "md", "html")]
+
+
+def write_neighbours(near: pd.DataFrame, stem) -> list[str]:
+    """One row per model and embedding, one column per probe word: its nearest words, nearest first."""
+    title = "Nearest neighbours (cosine) of the probe words"
+    probes = list(dict.fromkeys(near["probe"]))
+    models = list(dict.fromkeys(zip(near["model"], near["embedding"])))
+    lists = near.sort_values("rank").groupby(["model", "embedding", "probe"], sort=False)["neighbour"].agg(" ".join)
+    show = pd.DataFrame([{"model": m, "embedding": e, **{p: lists.get((m, e, p), "") for p in probes}}
+                         for m, e in models], columns=["model", "embedding", *probes])
+    text = ("The probe words are the most frequent words of the vocabulary that occur in WordSim-353 or SimLex-999, "
+            "topped up with the most frequent words (or the config's embeddings.probes).")
+    with atomic_write(f"{stem}.md") as fh:
+        fh.write(f"## {title}\n\n{text}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
+    with atomic_write(f"{stem}.html") as fh:
+        fh.write(html_page(title, [f"<p>{escape(text)}</p>", show.to_html(index=False, border=0)]))
+    return [f"{stem}.md", f"{stem}.html"]
+
+
+def labelled(points: np.ndarray, words: list[str], n: int = MAP_LABELS) -> list[int]:
+    """Rows (most frequent first) to label: a label goes right of and above its point, and is placed only where its
+    box overlaps no box placed before it, so no two labels sit on each other."""
+    span = points.max(0) - points.min(0)
+    unit = (points - points.min(0)) / np.where(span > 0, span, 1.0)
+    chosen: list[int] = []
+
+    def clear(i: int, j: int) -> bool:
+        (xi, yi), (xj, yj) = unit[i], unit[j]
+        return xi + CHAR_W * len(words[i]) < xj or xj + CHAR_W * len(words[j]) < xi or abs(yi - yj) > LINE_H
+
+    for i in range(len(points)):
+        if len(chosen) == n:
+            break
+        if all(clear(i, j) for j in chosen):
+            chosen.append(i)
+    return chosen
+
+
+def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
+    """PCA of the MAP_WORDS most frequent words' vectors to 2-D; a readable subset labelled."""
+    from sklearn.decomposition import PCA
+
+    words = [w for w in words_by_count if w in kv.key_to_index][:MAP_WORDS]
+    points = PCA(n_components=2, random_state=0).fit_transform(kv[words])
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(COLUMN_IN, COLUMN_IN))
+        ax.scatter(points[:, 0], points[:, 1], s=4, color="#4c72b0", alpha=0.5, linewidths=0)
+        for i in labelled(points, words):
+            ax.annotate(words[i], points[i], fontsize=7, xytext=(2, 2), textcoords="offset points")
+        ax.set_xlabel("principal component 1")
+        ax.set_ylabel("principal component 2")
+        # A panel label, not a title: which vectors these are (the caption says how they were chosen).
+        ax.text(0.01, 0.99, caption, transform=ax.transAxes, fontsize=7, va="top")
+        return save(fig, str(stem))
