@@ -33,7 +33,8 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     layers = {k.layers for k in keys if not k.is_ngram}
     neural = [k for k in keys if not k.is_ngram]
     gated = gated_models(keys)
-    plan = {"table": list(TABLE_EXTS), "findings": ["md", "html"]}
+    # table.tex holds the test PPL table, table_valid.tex the valid one: one table per .tex file.
+    plan = {"table": list(TABLE_EXTS), "table_valid": ["tex"], "findings": ["md", "html"]}
     if len(window_steps) > 1:
         plan["ppl_vs_nstep"] = list(FIGURE_EXTS)
     if len(layers) > 1:
@@ -44,6 +45,7 @@ def study_plan(study: dict) -> dict[str, list[str]]:
     if gated and len(gated_window_steps) > 1:
         plan["gates_vs_nstep"] = list(FIGURE_EXTS)
         plan["gates_effect"] = list(TABLE_EXTS)  # the trend test (aggregate.effects.gate_trends)
+        plan["gate_steps"] = ["tex"]  # its step changes, a LaTeX table of their own
         plan["gate_means"] = list(TABLE_EXTS)  # per n_step, with intervals over seeds
     for arch, impl in gated:
         plan[f"saturation_{arch}_{impl}"] = list(FIGURE_EXTS)
