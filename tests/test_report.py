@@ -1,7 +1,7 @@
 """The Snakemake HTML report: the aggregate rule runs through Snakemake on fixture runs (so the report has the
 jobs' metadata), then `snakemake --report` embeds every study's table and figures, under captions.
 
-The studies here are not in config.yaml: a new study needs config only.  `--allowed-rules aggregate` keeps
+The studies here are not in config.yaml: a new study needs config only.  `--allowed-rules aggregate study_grids` keeps
 Snakemake from retraining the fixture runs (it would otherwise rebuild corpus, vocabulary and models).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ STUDIES = {
 def snakemake(cwd, *args):
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(cwd),
-                           "--cores", "1", "--allowed-rules", "aggregate", *args],
+                           "--cores", "1", "--allowed-rules", "aggregate", "study_grids", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
