@@ -74,9 +74,11 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
 
     t = _ordered(table)
     show = pd.DataFrame({"model": [("Oracle" if m == "oracle" else names.display(m)) for m in t["model_id"]]})
+    ngram = [names.is_ngram(m) for m in t["model_id"]]
+    blank = {"n_step": [r == "stream" for r in t["regime"]], "layers": ngram, "seed": ngram}  # no meaning there
     for col in ("n_step", "layers", "regime", "seed"):
-        show[col] = ["" if pd.isna(v) or (col == "n_step" and r == "stream") else str(v)
-                     for v, r in zip(t[col], t["regime"])]
+        show[col] = ["" if pd.isna(v) or b else str(int(v) if col != "regime" else v)
+                     for v, b in zip(t[col], blank.get(col, [False] * len(t)))]
     for col in ("valid_ppl", "test_ppl"):
         show[col] = t[col].map("{:,.2f}".format)
     for col in ("valid_tokens", "test_tokens", "params"):
