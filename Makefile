@@ -19,6 +19,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 VERBOSE ?=
 export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
+DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
 .PHONY: setup run dry test test-all report lint clean status plan report-check
 
@@ -45,7 +46,7 @@ run: $(STAMP)
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)
 dry: $(STAMP)
-	$(SMK) --dry-run --cores $(CORES) $(SMKCFG) $(if $(VERBOSE),--quiet host,--quiet rules host)
+	$(SMK) --dry-run --cores $(CORES) $(SMKCFG) $(DRYOUT)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
 status: $(STAMP)
