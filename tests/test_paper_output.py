@@ -129,8 +129,8 @@ def test_one_table_per_tex_file_with_a_short_caption(built, tmp_path):
     assert tex_problems(both) == ["2 tables"]  # the control: two tables in one file
 
     summary = pd.DataFrame([{"model": a, "arch": a, "impl": "ngram" if a == "addk" else "torch", "n_step": n,
-                             "layers": 1, "regime": "window", "seeds": 1, "valid_ppl_mean": v, "valid_ppl_std": math.nan,
-                             "test_ppl_mean": v, "test_ppl_std": math.nan, "params": 1}
+                             "layers": 1, "regime": "window", "seeds": 1, "valid_ppl_mean": v,
+                             "valid_ppl_std": math.nan, "test_ppl_mean": v, "test_ppl_std": math.nan, "params": 1}
                             for a, v in (("addk", 1234.5), ("lstm", 98.7)) for n in (2, 3)])
     paths = [tmp_path / f"big.{e}" for e in layout.TABLE_EXTS]
     tables.write_tables("big", "", summary, None, *paths)

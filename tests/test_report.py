@@ -79,8 +79,8 @@ def test_report_holds_every_study_table_and_figure(workdir):
 
 def _embedded(html: str, key: str) -> str:
     """The decoded text of one embedded HTML result of the report."""
-    m = re.search(re.escape(f'"{key}"') + r': \{.*?"data:text/html;charset=utf8;filename=[^;]+;base64,([A-Za-z0-9+/=]+)"',
-                  html, re.S)
+    m = re.search(re.escape(f'"{key}"') + r': \{.*?"data:text/html;charset=utf8;filename=[^;]+;base64,'
+                  r'([A-Za-z0-9+/=]+)"', html, re.S)
     assert m, f"{key} is not in the report"
     return base64.b64decode(m.group(1)).decode("utf-8")
 
