@@ -14,6 +14,12 @@ SET     ?=
 export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# The terminal of `make run` is compact (profiles/default: one line per job, the training results, the progress);
+# VERBOSE=1 shows Snakemake's full job blocks with their reasons and shell commands.
+VERBOSE ?=
+export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
+SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
+DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
 .PHONY: setup run dry test test-avx2 test-all report lint clean status plan report-check
 
@@ -32,13 +38,15 @@ $(TSTAMP): $(STAMP) requirements-test.lock
 setup: $(STAMP)
 
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
+## (VERBOSE=1: Snakemake's full job blocks); ends with the report's path and the headline table
 run: $(STAMP)
-	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG)
+	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
 	$(PY) -m lmgrid.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
 
-## what `make run` would run (same CONFIG/SET, same arguments), without running anything: Snakemake's dry run
+## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
+## why they would run, in a screenful (VERBOSE=1: every job with its reason)
 dry: $(STAMP)
-	$(SMK) --dry-run --cores $(CORES) $(SMKCFG)
+	$(SMK) --dry-run --cores $(CORES) $(SMKCFG) $(DRYOUT)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
 status: $(STAMP)

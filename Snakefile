@@ -42,6 +42,7 @@ onstart:
 
 onsuccess:
     stop_warm_server()
+    print_headline()
     build_report()
 
 
@@ -51,6 +52,8 @@ onerror:
 
 
 rule all:
+    message:
+        brief("every result of the config")
     input:
         f"results/{CORPUS}/summary.csv",
         f"results/{CORPUS}/summary.md",

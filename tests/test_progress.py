@@ -265,14 +265,15 @@ def _plan_rows(out: str, section: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_plan_pends_what_the_dry_run_runs(finished_grid, repo):
+def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     """After a changed setting and a deleted output, plan's pending cells and jobs are exactly the jobs
-    `snakemake -n` schedules, each with Snakemake's reason.
+    `snakemake -n` schedules (its full job blocks: VERBOSE), each with Snakemake's reason.
     kills: pending from file existence (only the cell whose metrics.json is gone would be pending)."""
     from test_workflow import snakemake
 
     (finished_grid / RunKey("mkn", "ngram", 3, 1, "window", 0).run_dir("tiny") / "metrics.json").unlink()
-    dry = snakemake(finished_grid, repo, "-n", "--config", "set=ngram.addk_k=0.5")
+    monkeypatch.setenv("LMGRID_VERBOSE", "1")  # Snakemake's job blocks, not the rules' one-line messages
+    dry = snakemake(finished_grid, repo, "-n", "--quiet", "host", "--config", "set=ngram.addk_k=0.5")
     assert dry.returncode == 0, dry.stderr[-3000:]
     expected = _dry_run_jobs(dry.stdout + dry.stderr)
     assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "summary",

@@ -1,8 +1,8 @@
 """The Snakemake HTML report: the aggregate rule runs through Snakemake on fixture runs (so the report has the
 jobs' metadata), then `snakemake --report` embeds every study's table and figures, under captions.
 
-The studies here are not in config.yaml: a new study needs config only.  `--allowed-rules aggregate` keeps
-Snakemake from retraining the fixture runs (it would otherwise rebuild corpus, vocabulary and models).
+The studies here are not in config.yaml: a new study needs config only.  `--allowed-rules aggregate study_grids`
+keeps Snakemake from retraining the fixture runs (it would otherwise rebuild corpus, vocabulary and models).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ STUDIES = {
 def snakemake(cwd, *args):
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(cwd),
-                           "--cores", "1", "--allowed-rules", "aggregate", *args],
+                           "--cores", "1", "--allowed-rules", "aggregate", "study_grids", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -73,5 +73,34 @@ def test_report_holds_every_study_table_and_figure(workdir):
         assert f"Study {name}" in table
         for fig in ("ppl_vs_nstep.png" if name == "ngram_orders" else "ppl_vs_layers.png",):
             assert f'"results/{CORPUS}/studies/{name}/{fig}"' in html
-    assert "Test perplexity against the context window" in html  # a caption
+    assert "Test perplexity against the context length n" in html  # a caption
     assert "a study that is not in config.yaml" in html  # workflow.rst lists the studies
+
+
+def _embedded(html: str, key: str) -> str:
+    """The decoded text of one embedded HTML result of the report."""
+    m = re.search(re.escape(f'"{key}"') + r': \{.*?"data:text/html;charset=utf8;filename=[^;]+;base64,'
+                  r'([A-Za-z0-9+/=]+)"', html, re.S)
+    assert m, f"{key} is not in the report"
+    return base64.b64decode(m.group(1)).decode("utf-8")
+
+
+def report_text_problems(text: str) -> list[str]:
+    """Text of the report that reads like code: backticks, '1 seeds', 'layer(s)'."""
+    return ["backtick"] * ("`" in text) + re.findall(r"\b1 (?:seeds|layers|runs)\b|\(s\)", text)
+
+
+def test_report_findings_read_as_text_and_params_stay_short(workdir):
+    """The findings embedded in the report (a one-seed n-gram study and a two-seed one) read as text: no backtick,
+    '1 seed' not '1 seeds'; no job shows the studies' JSON among its params (the aggregation reads studies.json).
+    Control, run here: the same findings with the old wording ('1 seeds') fail the check."""
+    targets = [p.format(corpus=CORPUS) for p in layout.all_outputs(CORPUS, STUDIES)]
+    if not (workdir / "report.html").is_file():
+        snakemake(workdir, "--", *targets)
+        snakemake(workdir, "--report", "report.html", "--", *targets)
+    html = (workdir / "report.html").read_text(encoding="utf-8")
+    texts = {name: _embedded(html, f"results/{CORPUS}/studies/{name}/findings.html") for name in STUDIES}
+    assert {name: report_text_problems(t) for name, t in texts.items()} == {name: [] for name in STUDIES}
+    assert "over 1 seed " in texts["ngram_orders"] or "over 1 seed (" in texts["ngram_orders"]
+    assert "studies=" not in html and "corpus=rep" in html  # the aggregation job's params: short, and shown
+    assert report_text_problems(texts["ngram_orders"].replace("1 seed", "1 seeds")) == ["1 seeds"]

@@ -44,6 +44,7 @@ def finished(tmp_path_factory, repo):
     write_config(workdir, TINY)
     r = snakemake(workdir, repo)
     assert r.returncode == 0, r.stderr[-3000:]
+    (workdir / "terminal.txt").write_text(r.stdout + r.stderr)  # what the run showed in the terminal
     return workdir
 
 
@@ -98,6 +99,42 @@ def test_dry_run_lists_the_default_dag(repo):
                        cwd=repo, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "summary" in planned_jobs(r) or planned_jobs(r) == {}
+
+
+def test_the_terminal_shows_a_line_per_job_the_results_and_the_headline(finished, repo):
+    """The run's terminal (profiles/default): each job's one-line message, each n-gram run's result line, the
+    progress, no `reason:` lines and no job blocks; it ends with each model's best cell.  Control, run here: the
+    same jobs with VERBOSE=1 (LMGRID_VERBOSE=1, --quiet host), as a dry run, show Snakemake's full blocks with their
+    reasons, which the default must not."""
+    out = (finished / "terminal.txt").read_text()
+    lines = out.splitlines()
+    assert re.search(r"^Job \d+: tiny: vocabulary$", out, re.M), out[-3000:]
+    assert re.search(r"mkn n3 l1 window s0: valid PPL [\d.]+, test PPL [\d.]+", out)
+    assert re.search(r"^(\d+) of \1 steps \(100%\) done$", out, re.M)
+    headline = out[out.index("lmgrid: each model's best cell"):]
+    assert re.search(r"^\| Modified Kneser-Ney +\| n = [23] ", headline, re.M) and "| Oracle " in headline
+    blocks = [line for line in lines if re.match(r"\s+(reason|input|output|wildcards): ", line)]
+    assert blocks == [] and len(lines) < 12 * 10, blocks[:5]
+    verbose = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d",
+                              str(finished), "-n", "--forceall", "--quiet", "host"], capture_output=True, text=True,
+                             env={**os.environ, "LMGRID_VERBOSE": "1"}, timeout=300)
+    assert re.search(r"^\s+reason: ", verbose.stdout + verbose.stderr, re.M), verbose.stderr[-2000:]
+
+
+def test_make_dry_fits_a_screenful(repo):
+    """`make dry` on the default config (every job to run) says what would run and why in under 60 lines: jobs per
+    rule and the reasons by rule.  Control, run here: the same dry run without `--quiet rules` prints a block per
+    job, hundreds of lines."""
+    venv = Path(sys.executable).parent.parent
+    shown = subprocess.run(["make", "-n", "dry", f"VENV={venv}"], cwd=repo, capture_output=True, text=True)
+    command = next(line for line in shown.stdout.splitlines() if "--dry-run" in line)
+    r = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True, timeout=300)
+    out = (r.stdout + r.stderr).splitlines()
+    assert r.returncode == 0 and len(out) < 60, "\n".join(out[-40:])
+    assert "Job stats:" in out and "Reasons:" in out
+    full = subprocess.run(command.replace("--quiet rules host", "--quiet host"), shell=True, cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert len((full.stdout + full.stderr).splitlines()) > 200
 
 
 def test_building_the_dag_does_not_import_torch():

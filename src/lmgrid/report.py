@@ -48,12 +48,17 @@ def record_s(seconds: float, path: str | Path = REPORT_BENCHMARK) -> None:
 
 
 def timed(command: list[str]) -> int:
-    """Run the report command (`make run`: snakemake ... --report), recording its wall time when it succeeds."""
+    """Run the report command (`make run`: snakemake ... --report), recording its wall time when it succeeds.  Its
+    output (a line per embedded file) is shown only when it fails; on success one line says where the report is."""
     started = time.time()
-    status = subprocess.run(command).returncode
-    if status == 0:
-        record_s(time.time() - started)
-    return status
+    r = subprocess.run(command, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        return r.returncode
+    record_s(time.time() - started)
+    out = Path(command[command.index("--report") + 1] if "--report" in command else REPORT)
+    print(f"lmgrid: report {out}: open {out.resolve().as_uri()} in a browser", file=sys.stderr)
+    return 0
 
 
 def drop_if_stale(results: Path, out: str = REPORT) -> str | None:

@@ -16,15 +16,29 @@ export_live_settings(MLFLOW, CORPUS)
 STUDIES_JSON = shlex.quote(json.dumps(config["studies"], sort_keys=True))
 
 
+# The config's studies as a file, which the aggregation reads: a changed study rewrites it (its param changed), and
+# the aggregation reruns; the report's entries, which list the aggregation job's params, show no wall of JSON.
+rule study_grids:
+    localrule: True
+    output:
+        "results/{corpus}/studies.json",
+    params:
+        studies=STUDIES_JSON,
+    message:
+        brief("{wildcards.corpus}: studies of the config -> {output}")
+    shell:
+        "printf '%s\\n' {params.studies} > {output}"
+
+
 rule aggregate:
     localrule: local("aggregate")
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
+        studies="results/{corpus}/studies.json",
     output:
         snakemake_outputs(config["studies"], report),
     params:
-        studies=STUDIES_JSON,
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
     benchmark:
         "results/{corpus}/benchmarks/aggregate.tsv"
@@ -32,8 +46,10 @@ rule aggregate:
         "results/{corpus}/logs/aggregate.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: tables and figures of every study")
     shell:
-        "lmgrid aggregate --corpus {wildcards.corpus} --studies {params.studies} {params.oracle} > {log} 2>&1"
+        'lmgrid aggregate --corpus {wildcards.corpus} --studies "$(cat {input.studies})" {params.oracle} > {log} 2>&1'
 
 
 rule mlflow_sync:
@@ -61,6 +77,8 @@ rule mlflow_sync:
         "results/{corpus}/logs/mlflow_sync.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: mirror runs and studies into MLflow ({params.uri})")
     shell:
         "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
         "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --data-settings {params.data_settings} "

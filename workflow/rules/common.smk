@@ -45,6 +45,13 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
 
 
+def brief(text):
+    """A rule's message: the one line its job shows when it starts, in place of Snakemake's block of inputs,
+    outputs and resources (profiles/default hides the `reason:` lines).  With LMGRID_VERBOSE=1 (`make run
+    VERBOSE=1`) no message, so Snakemake prints its full job block."""
+    return None if os.environ.get("LMGRID_VERBOSE", "0") == "1" else text
+
+
 def local(rule_name):
     """Whether a rule runs on the submit host rather than as a cluster job (config cluster.local_rules)."""
     return rule_name in config["cluster"]["local_rules"]
@@ -211,6 +218,16 @@ def build_report():
     overrides = [f"{k}={json.dumps(v)}" for k, v in dict(workflow.config_settings.config).items()]
     error = build(workflow.main_snakefile, os.getcwd(), workflow.config_settings.configfiles, overrides)
     print(f"lmgrid: error: {error}" if error else f"lmgrid: report {REPORT} rebuilt", file=sys.stderr)
+
+
+def print_headline():
+    """At the end of a successful run: each model's best cell from the summary, in the terminal (when it exists)."""
+    from lmgrid.summary import headline_text
+
+    path = f"results/{CORPUS}/summary.csv"
+    if os.path.exists(path):
+        print(f"lmgrid: each model's best cell ({path}; every run and study in the report):\n{headline_text(path)}",
+              file=sys.stderr)
 
 
 def drop_stale_report():

@@ -13,6 +13,8 @@ rule synth:
         "results/{corpus}/logs/synth.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: synthetic corpus from the grammar")
     shell:
         "lmgrid synth --out-dir results/{wildcards.corpus}/raw --seed {params.seed} "
         "--train {params.sizes[train]} --valid {params.sizes[valid]} --test {params.sizes[test]} "
@@ -36,6 +38,8 @@ rule fetch:
         "results/{corpus}/logs/fetch_{split}.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: check the download {output}")
     shell:
         "lmgrid verify {input:q} --out {output:q} --sha256 {params.sha256} --name {params.url:q} > {log} 2>&1"
 
@@ -57,6 +61,8 @@ rule corpus:
         "results/{corpus}/logs/corpus.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: train, valid and test splits")
     shell:
         "lmgrid corpus --kind {params.kind} {params.args} --out-dir results/{wildcards.corpus}/corpus "
         "{params.options} > {log} 2>&1"

@@ -24,6 +24,8 @@ rule ngram_counts:
         "results/{corpus}/logs/ngram_counts.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: n-gram counts up to order {params.max_order}")
     shell:
         "lmgrid ngram-counts --train {input.train} --vocab {input.vocab} "
         "--max-order {params.max_order} --memory-mb {resources.ngram_memory_mb} --out {output} > {log} 2>&1"
@@ -57,8 +59,10 @@ rule ngram:
         beside_runs("logs/ngram", ".log"),
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: {wildcards.arch} order {wildcards.n_step}")
     shell:
         "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
         "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
         "{params.method} --memory-mb {resources.ngram_memory_mb} "
-        "--write-arpa {params.write_arpa} > {log} 2>&1"
+        "--write-arpa {params.write_arpa} > {log} 2>&1 && tail -n 1 {log}"  # the result line to the terminal too

@@ -17,6 +17,8 @@ rule summary:
         "results/{corpus}/logs/summary.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: summary table -> {output.html}")
     shell:
         "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
         "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
@@ -39,6 +41,8 @@ rule reference:
         "results/{corpus}/logs/reference.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: published figures beside ours -> {output.md}")
     shell:
         "lmgrid reference --rows {params.rows} --metrics {input.metrics} --csv {output.csv} --md {output.md} "
         "--tex {output.tex} --html {output.html} > {log} 2>&1"

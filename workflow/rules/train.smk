@@ -39,11 +39,18 @@ rule train:
         beside_runs("logs/train", ".log"),
     conda:
         ENV
+    message:
+        brief(
+            "{wildcards.corpus}: train {wildcards.arch}/{wildcards.impl} n{wildcards.n_step} l{wildcards.layers} "
+            "{wildcards.regime} s{wildcards.seed}"
+        )
     shell:
         f"lmgrid train --arch {{wildcards.arch}} --impl {{wildcards.impl}} --n-step {{wildcards.n_step}} "
         f"--layers {{wildcards.layers}} --regime {{wildcards.regime}} --seed {{wildcards.seed}} "
         f"--train {{input.train}} --valid {{input.valid}} --test {{input.test}} --vocab {{input.vocab}} "
-        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --set {{params.placement:q}} --threads {{threads}} > {{log}} 2>&1"
+        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --set {{params.placement:q}} --threads {{threads}} "
+        # the run's one result line (cell, valid and test PPL, epochs, wall) to the terminal as well
+        f"> {{log}} 2>&1 && tail -n 1 {{log}}"
 
 
 # LSTM and GRU runs also write their gate statistics.

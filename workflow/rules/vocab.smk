@@ -16,6 +16,8 @@ rule vocab:
         "results/{corpus}/logs/vocab.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: vocabulary")
     shell:
         "lmgrid vocab --train {input.train} --valid {input.valid} --test {input.test} "
         "--out {output.vocab} --report {output.report} "
@@ -38,6 +40,8 @@ rule oracle:
         "results/{corpus}/logs/oracle.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: oracle perplexity of the grammar")
     shell:
         "lmgrid oracle --vocab {input.vocab} "
         "--split valid={input.valid},{input.valid_logprob} "

@@ -27,8 +27,8 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
 
     trends = means = None
     tables.write_tables(name, study.get("description", ""), summary, oracle,
-                        *(f"{stem('table')}.{e}" for e in TABLE_EXTS))
-    written += [f"{stem('table')}.{e}" for e in TABLE_EXTS]
+                        *(f"{stem('table')}.{e}" for e in TABLE_EXTS), valid_tex_path=f"{stem('table_valid')}.tex")
+    written += [f"{stem('table')}.{e}" for e in TABLE_EXTS] + [f"{stem('table_valid')}.tex"]
     for s in plan:  # figures carry no title: the caption (workflow/report/<kind>.rst) says what they show
         if s == "ppl_vs_nstep":
             written += plots.ppl_vs_nstep(summary, oracle_test, stem(s))
@@ -41,8 +41,8 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             written += plots.gate_means(data["gates"], stem(s))
         elif s == "gates_effect":
             paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means")]
-            trends, means = findings.write_gate_tables(name, data["gates"], *paths)
-            written += paths[0] + paths[1]
+            trends, means = findings.write_gate_tables(name, data["gates"], *paths, f"{stem('gate_steps')}.tex")
+            written += paths[0] + paths[1] + [f"{stem('gate_steps')}.tex"]
         elif s.startswith("saturation_"):
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]

@@ -1,12 +1,15 @@
 """Paper-ready figures of one study, each written as PDF (vector, for LaTeX) and PNG (for the report).
 
-Every figure has labelled axes, a legend with the display names of aggregate.names (n-gram models first, in a
-fixed order) and fonts readable at single-column width.  No figure carries a title: that is the caption's job
-(workflow/report/*.rst); panel labels that tell panels apart stay.  Means are over seeds; error bars and bands
-only where a point rests on 2 or more seeds.  Layers are numbered from 1.
+Every figure is made at the size it is printed: one column of a two-column paper (COLUMN_IN) or the full text
+width (FULL_IN), with 7-8 pt text (PAPER_STYLE, the one place that sets sizes and fonts) and TrueType (Type 42)
+fonts in the PDF, as the ACL and IEEE checkers ask.  Axes are labelled in words with units; legends use the display
+names of aggregate.names (n-gram models first, in a fixed order).  No figure carries a title: that is the
+caption's job (workflow/report/*.rst); panel labels say in words what a panel shows.  Means are over seeds; error
+bars and bands only where a point rests on 2 or more seeds.  Layers are numbered from 1.
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 
@@ -28,25 +31,55 @@ GATE_ORDER = ["i", "f", "o", "g", "z", "r"]
 NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": (0, (7, 2))}
 NGRAM_MARKER = {"addk": "v", "katz": "^", "kn": "s", "mkn": "D"}
 # One colour per model id, in the order of names.DISPLAY, so a model has the same colour in every figure.
-MODEL_COLOURS = dict(zip(names.DISPLAY, [*(plt.get_cmap("tab10")(i) for i in range(10)), "#393b79", "#8c6d31"]))
-STYLE = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "legend.fontsize": 8,
-         "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
-         "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100}
-PPL_LABEL = "Test perplexity (PPL, per token)"
-NSTEP_LABEL = "n_step: window length in tokens (n-gram order)"
-OUTLIER_FACTOR = 3.0  # a line this many times the median of the others (at some x) gets its own panel
+MODEL_COLOURS = dict(zip(names.DISPLAY, [*(plt.get_cmap("tab10")(i) for i in range(10)), "#8c6d31", "#393b79"]))
+# Printed widths (inches): one column and the full text width of a two-column paper (ACL, IEEE: 3.3 and 6.9).
+COLUMN_IN, FULL_IN = 3.3, 6.9
+# Every figure is drawn and saved under these settings: text at 7-8 pt at the printed size, TrueType (Type 42)
+# fonts in PDF and PostScript (Type 3 fonts are rejected by the ACL and IEEE checkers), thin lines, and the
+# constrained layout, which keeps labels and outside legends within the figure's own size.
+PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
+               "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42, "ps.fonttype": 42,
+               "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "axes.linewidth": 0.6,
+               "lines.linewidth": 1.2, "lines.markersize": 3.5, "errorbar.capsize": 2,
+               "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
+               "legend.handlelength": 2.2, "figure.dpi": 100, "savefig.dpi": 200,
+               "figure.constrained_layout.use": True}
+PPL_LABEL = "test perplexity (PPL)"
+NSTEP_LABEL = "context length n (tokens)"
+LAYERS_LABEL = "layers"
+# Lines within this fraction of the best line's test PPL at every x are "close": they get a second panel with
+# their distance from the best in percent, where a 0.5 PPL gap that the first panel's scale hides is plain.
+CLOSE_FRACTION = 0.25
 
 
-def save(fig, stem: str, exts=("pdf", "png"), dpi: int = 200) -> list[str]:
-    """Write stem.pdf and stem.png atomically, without timestamps (the same data gives the same bytes)."""
+def paper_style(draw):
+    """Run a figure function under PAPER_STYLE: sizes, fonts and line widths are read when each artist is made."""
+    @functools.wraps(draw)
+    def wrapped(*args, **kwargs):
+        with plt.rc_context(PAPER_STYLE):
+            return draw(*args, **kwargs)
+    return wrapped
+
+
+def figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw):
+    """A figure of the printed size (inches) under PAPER_STYLE; (fig, list of axes)."""
+    with plt.rc_context(PAPER_STYLE):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained", **kw)
+    return fig, list(axes.flat)
+
+
+def save(fig, stem: str, exts=("pdf", "png")) -> list[str]:
+    """Write stem.pdf and stem.png atomically at the figure's own size, without timestamps (the same data gives the
+    same bytes); PAPER_STYLE applies while saving too (the PDF font type is read then)."""
     paths = []
     meta = {"pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}
-    for ext in exts:
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=dpi, bbox_inches="tight", metadata=meta[ext])
-        with atomic_write(f"{stem}.{ext}", "wb") as fh:
-            fh.write(buf.getvalue())
-        paths.append(f"{stem}.{ext}")
+    with plt.rc_context(PAPER_STYLE):
+        for ext in exts:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, metadata=meta[ext])
+            with atomic_write(f"{stem}.{ext}", "wb") as fh:
+                fh.write(buf.getvalue())
+            paths.append(f"{stem}.{ext}")
     plt.close(fig)
     return paths
 
@@ -56,7 +89,7 @@ def _series_label(row, parts: list[str]) -> str:
     if "layers" in parts:
         out.append(f"{row['layers']} layer{'s' if row['layers'] != 1 else ''}")
     if "n_step" in parts:
-        out.append("stream" if row["regime"] == "stream" else f"n={row['n_step']}")
+        out.append("stream" if row["regime"] == "stream" else f"n = {row['n_step']}")
     if "regime" in parts and "n_step" not in parts:
         out.append(row["regime"])
     return ", ".join(out)
@@ -86,13 +119,13 @@ def _bars(ax, x, y, spread, seeds, **kw):
     many = pd.Series(seeds, index=y.index).fillna(1) >= 2
     if many.any():
         err = [s.where(many, 0).fillna(0) for s in spread]
-        return ax.errorbar(x, y, yerr=err, capsize=3, **kw)
+        return ax.errorbar(x, y, yerr=err, **kw)
     return ax.errorbar(x, y, **kw)
 
 
 def _oracle_line(ax, oracle_ppl):
     if oracle_ppl is not None:
-        return ax.axhline(oracle_ppl, color="black", ls=":", lw=1.2, label=f"Oracle ({oracle_ppl:.1f})")
+        return ax.axhline(oracle_ppl, color="black", ls=":", lw=1.0, label=f"Oracle ({oracle_ppl:.1f})")
     return None
 
 
@@ -106,146 +139,163 @@ def _log_if_wide(ax, values):
             lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" and max(values) / min(values) < 30 else ""))
 
 
-def _legend(ax, n_items: int, outside: bool = False, handles=None):
-    kw = {"handles": handles} if handles else {}
-    if outside:  # beside the axes: never hides a line or the oracle
-        ax.legend(frameon=False, ncol=1 if n_items <= 14 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0), **kw)
+def _figure_legend(fig, handles, below: bool) -> None:
+    """One legend for the whole figure, outside the axes (it never hides a line): below a column-wide figure,
+    beside a full-width one."""
+    if below:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2)
     else:
-        ax.legend(frameon=False, ncol=1 if n_items <= 8 else 2, loc="best", **kw)
+        fig.legend(handles=handles, loc="outside right upper", ncol=1 if len(handles) <= 14 else 2)
 
 
-def outliers(df: pd.DataFrame, x: str, series: list[tuple[str, str, pd.DataFrame]]) -> list[str]:
-    """Labels of the lines set apart: at some x their mean test PPL is more than OUTLIER_FACTOR times the median
-    of the other lines' means at that x (never every line)."""
+def close_lines(df: pd.DataFrame, x: str, series: list[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """Labels of the lines whose mean test PPL is within CLOSE_FRACTION of the best line's at every x where they have
+    a point (the best line included), in series order; [] when fewer than two lines are that close."""
     means = pd.DataFrame({label: g.set_index(x)["test_ppl_mean"] for label, _, g in series})
-    out = [label for label in means.columns
-           if (means[label] > OUTLIER_FACTOR * means.drop(columns=label).median(axis=1)).any()]
-    return out if len(out) < len(means.columns) else []
+    gap = means.div(means.min(axis=1), axis=0) - 1
+    close = [label for label in means.columns if (gap[label].dropna() <= CLOSE_FRACTION).all()]
+    return close if len(close) >= 2 else []
 
 
 def _ppl_against(df: pd.DataFrame, x: str, parts: list[str], oracle_ppl, xlabel: str, stem: str) -> list[str]:
-    """Test PPL against `x`, one line per model; lines OUTLIER_FACTOR off the rest go to a right panel (b) with
-    its own y axis, so the compared models keep a readable scale."""
+    """Test PPL against `x`, one line per model (panel a).  When two or more lines are close to the best
+    (close_lines), a second panel (b) shows them as the percentage above the best line at each x, so models that
+    one scale would draw on top of each other stay apart; the figure is then full width, else a column wide."""
     series = _series(df, parts)
-    apart = outliers(df, x, series) if len(series) > 2 else []
+    close = close_lines(df, x, series)
     colours = _colours(series)
-    with plt.rc_context(STYLE):
-        if apart:
-            fig, (ax, ax_b) = plt.subplots(1, 2, figsize=(7.4, 4.0), gridspec_kw={"width_ratios": [3, 1.2]})
-        else:
-            fig, ax = plt.subplots(figsize=(6.0, 4.0))
-        handles = []
-        for label, model, g in series:
-            g = g.sort_values(x)
-            target = ax_b if label in apart else ax
-            handles.append(_bars(target, g[x], g["test_ppl_mean"], g["test_ppl_std"], g["seeds"],
-                                 ls=NGRAM_STYLE.get(g["arch"].iloc[0], "-"), ms=4,
-                                 marker=NGRAM_MARKER.get(g["arch"].iloc[0], "o"), color=colours[label], label=label))
-        oracle = _oracle_line(ax, oracle_ppl)
-        kept = df[~df.index.isin([i for label, _, g in series if label in apart for i in g.index])]
-        _log_if_wide(ax, list(kept["test_ppl_mean"]) + ([oracle_ppl] if oracle_ppl else []))
-        ax.set_xticks(sorted(df[x].unique()))
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(PPL_LABEL)
-        if apart:
-            ax.set_title("(a)", loc="left")
-            ax_b.set_title(f"(b) > {OUTLIER_FACTOR:g}x median, own scale", loc="left")
-            ax_b.set_xticks(sorted(df[x].unique()))
-            ax_b.set_xlabel(x)
-            _log_if_wide(ax_b, list(df.loc[~df.index.isin(kept.index), "test_ppl_mean"]))
-        handles += [oracle] if oracle else []
-        _legend(ax_b if apart else ax, len(handles), outside=True, handles=handles)
-        return save(fig, stem)
+    xs = sorted(df[x].unique())
+    n_items = len(series) + (oracle_ppl is not None)
+    if close:
+        fig, (ax, ax_b) = figure(FULL_IN, 2.5, 1, 2)
+    else:
+        fig, (ax,) = figure(COLUMN_IN, 2.3 + 0.14 * math.ceil(n_items / 2))
+    best = df.groupby(x)["test_ppl_mean"].min()
+    handles = []
+    for label, model, g in series:
+        g = g.sort_values(x)
+        style = {"ls": NGRAM_STYLE.get(g["arch"].iloc[0], "-"), "marker": NGRAM_MARKER.get(g["arch"].iloc[0], "o"),
+                 "color": colours[label], "label": label}
+        handles.append(_bars(ax, g[x], g["test_ppl_mean"], g["test_ppl_std"], g["seeds"], **style))
+        if label in close:
+            scale = 100 / best.reindex(g[x]).to_numpy()
+            _bars(ax_b, g[x], (g["test_ppl_mean"] * scale - 100), g["test_ppl_std"] * scale, g["seeds"], **style)
+    oracle = _oracle_line(ax, oracle_ppl)
+    _log_if_wide(ax, list(df["test_ppl_mean"]) + ([oracle_ppl] if oracle_ppl else []))
+    ax.set_xticks(xs)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(PPL_LABEL)
+    if close:
+        ax.set_title("(a) every model", loc="left")
+        ax_b.set_title("(b) the closest models", loc="left")
+        ax_b.set_xticks(xs)
+        ax_b.set_xlabel(xlabel)
+        ax_b.set_ylabel("test PPL above the best (%)")
+        ax_b.axhline(0, color="grey", lw=0.6)
+    handles += [oracle] if oracle else []
+    _figure_legend(fig, handles, below=not close)
+    return save(fig, stem)
 
 
+@paper_style
 def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str) -> list[str]:
     df = summary[summary["regime"] == "window"]
     return _ppl_against(df, "n_step", ["layers"] if df["layers"].nunique() > 1 else [], oracle_ppl, NSTEP_LABEL,
                         stem)
 
 
+@paper_style
 def ppl_vs_layers(summary: pd.DataFrame, oracle_ppl: float | None, stem: str) -> list[str]:
     df = summary[~summary["arch"].isin(list(NGRAM_STYLE))]
-    return _ppl_against(df, "layers", ["n_step"] if df["n_step"].nunique() > 1 else [], oracle_ppl,
-                        "Number of layers", stem)
+    return _ppl_against(df, "layers", ["n_step"] if df["n_step"].nunique() > 1 else [], oracle_ppl, LAYERS_LABEL,
+                        stem)
 
 
-def _grid(n: int, ncols_max: int = 3, w: float = 3.2, h: float = 2.7):
-    ncols = min(n, ncols_max)
+def _grid(n: int, panel_h: float, ncols_max: int = 3, extra_h: float = 0.0):
+    """n panels in rows of ncols_max (or one fewer, above 3, when that leaves fewer empty places): a column wide for
+    one or two panels, else the full width."""
+    choices = (ncols_max, ncols_max - 1) if ncols_max > 3 else (ncols_max,)
+    ncols = n if n <= ncols_max else min(choices, key=lambda c: (-n % c, -c))
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
-    for ax in axes.flat[n:]:
+    fig, axes = figure(COLUMN_IN if ncols <= 2 else FULL_IN, panel_h * nrows + extra_h, nrows, ncols)
+    for ax in axes[n:]:
         ax.set_visible(False)
-    return fig, list(axes.flat[:n])
+    return fig, axes[:n]
 
 
+@paper_style
 def curves(logs: pd.DataFrame, stem: str) -> list[str]:
     """Valid (solid) and train (dashed) PPL per epoch, one panel per model (titled by its display name, in the
     fixed order) on a shared y axis, mean over seeds; with 2 or more seeds a shaded band: the seeds' min-max of
     valid PPL."""
     varying = [c for c in ("n_step", "layers", "regime") if logs[c].nunique() > 1]
     models = names.ordered(logs["model"])
-    with plt.rc_context(STYLE):
-        fig, axes = _grid(len(models))
-        for ax in axes[1:]:
-            ax.sharey(axes[0])
-        for ax, model in zip(axes, models):
-            series = _series(logs[logs["model"] == model], varying)
-            colours = _colours(series) if len(series) > 1 else {series[0][0]: MODEL_COLOURS.get(model, "C0")}
-            for name, _, s in series:
-                by_epoch = s.groupby("epoch")
-                m = by_epoch[["train_ppl", "valid_ppl"]].mean()
-                short = name.split(", ", 1)[1] if ", " in name else None
-                ax.plot(m.index, m["valid_ppl"], "-", marker="o", ms=3, color=colours[name],
-                        label=f"{short}" if short else "valid")
-                ax.plot(m.index, m["train_ppl"], "--", color=colours[name], alpha=0.7,
-                        label=None if short else "train")
-                if s["seed"].nunique() > 1:
-                    ax.fill_between(m.index, by_epoch["valid_ppl"].min(), by_epoch["valid_ppl"].max(),
-                                    color=colours[name], alpha=0.15, lw=0)
-            _log_if_wide(ax, list(logs["valid_ppl"]) + list(logs["train_ppl"]))
-            ax.set_title(names.display(model))
-            ax.set_xlabel("Epoch")
-            ax.set_ylabel("Perplexity (PPL)" if axes.index(ax) % min(len(models), 3) == 0 else "")
-            ax.xaxis.get_major_locator().set_params(integer=True)
-            handles, labels = ax.get_legend_handles_labels()
-            if ax is axes[0] and len(series) > 1:  # which line style is which split, once
-                handles += [Line2D([], [], color="grey", ls="-", marker="o", ms=3),
-                            Line2D([], [], color="grey", ls="--")]
-                labels += ["valid", "train"]
-            ax.legend(handles, labels, frameon=False, ncol=1 if len(labels) <= 8 else 2, loc="best")
-        fig.tight_layout()
-        return save(fig, stem)
+    fig, axes = _grid(len(models), 1.7)
+    ncols = min(len(models), 3)
+    for ax in axes[1:]:
+        ax.sharey(axes[0])
+    for i, (ax, model) in enumerate(zip(axes, models)):
+        series = _series(logs[logs["model"] == model], varying)
+        colours = _colours(series) if len(series) > 1 else {series[0][0]: MODEL_COLOURS.get(model, "C0")}
+        for name, _, s in series:
+            by_epoch = s.groupby("epoch")
+            m = by_epoch[["train_ppl", "valid_ppl"]].mean()
+            short = name.split(", ", 1)[1] if ", " in name else None
+            ax.plot(m.index, m["valid_ppl"], "-", marker="o", ms=2.5, color=colours[name],
+                    label=f"{short}" if short else "valid")
+            ax.plot(m.index, m["train_ppl"], "--", color=colours[name], alpha=0.7, label=None if short else "train")
+            if s["seed"].nunique() > 1:
+                ax.fill_between(m.index, by_epoch["valid_ppl"].min(), by_epoch["valid_ppl"].max(),
+                                color=colours[name], alpha=0.15, lw=0)
+        _log_if_wide(ax, list(logs["valid_ppl"]) + list(logs["train_ppl"]))
+        ax.set_title(names.display(model))
+        ax.set_xlabel("epoch" if i >= len(models) - ncols else "")
+        ax.set_ylabel("perplexity (PPL)" if i % ncols == 0 else "")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        handles, labels = ax.get_legend_handles_labels()
+        if i == 0 and len(series) > 1:  # which line style is which split, once
+            handles += [Line2D([], [], color="grey", ls="-", marker="o", ms=2.5), Line2D([], [], color="grey", ls="--")]
+            labels += ["valid", "train"]
+        ax.legend(handles, labels, ncol=1 if len(labels) <= 6 else 2, loc="best", handlelength=1.6)
+    return save(fig, stem)
 
 
+def _gate_panels(df: pd.DataFrame, layer_first: bool) -> list[tuple[int, str]]:
+    rank = {g: i for i, g in enumerate(GATE_ORDER)}
+    panels = {(int(layer), gate) for layer, gate in zip(df["layer"], df["gate"])}
+    return sorted(panels, key=lambda p: (p[0], rank.get(p[1], 99)) if layer_first else (rank.get(p[1], 99), p[0]))
+
+
+@paper_style
 def gate_means(gates: pd.DataFrame, stem: str) -> list[str]:
     """Mean gate activation against n_step (gate values with an effect only), one panel per gate and layer
-    (layers from 1); error bars: the 95% t interval over seeds (none with one seed)."""
+    (layers from 1); error bars: the 95% t interval over seeds (none with one seed).  One legend for the figure."""
     from .effects import gate_means_by_nstep
 
     df = gate_means_by_nstep(gates)
     raw = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
     parts = ["layers"] if raw["layers"].nunique() > 1 else []
-    panels = sorted({(int(l), g) for l, g in zip(df["layer"], df["gate"])},
-                    key=lambda p: (GATE_ORDER.index(p[1]) if p[1] in GATE_ORDER else 99, p[0]))
-    with plt.rc_context(STYLE):
-        fig, axes = _grid(len(panels), ncols_max=4)
-        colours = _colours(_series(df.assign(regime="window"), parts))
-        for ax, (layer, gate) in zip(axes, panels):
-            p = df[(df["layer"] == layer) & (df["gate"] == gate)].assign(regime="window")
-            for name, _, per in _series(p, parts):
-                yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
-                _bars(ax, per["n_step"], per["mean"], yerr, per["seeds"], marker="o", ms=4, color=colours[name],
-                      label=name)
-            ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
-            ax.set_xticks(sorted(p["n_step"].unique()))
-            ax.set_xlabel("n_step (window length, tokens)")
-            ax.set_ylabel("Mean activation")
-            _legend(ax, len(ax.get_legend_handles_labels()[0]))
-        fig.tight_layout()
-        return save(fig, stem)
+    panels = _gate_panels(df, layer_first=False)
+    series = _series(df.assign(regime="window"), parts)
+    fig, axes = _grid(len(panels), 1.6, ncols_max=4, extra_h=0.15 * math.ceil(len(series) / 4))
+    colours = _colours(series)
+    handles = {}
+    for ax, (layer, gate) in zip(axes, panels):
+        p = df[(df["layer"] == layer) & (df["gate"] == gate)].assign(regime="window")
+        for name, _, per in _series(p, parts):
+            yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
+            handles[name] = _bars(ax, per["n_step"], per["mean"], yerr, per["seeds"], marker="o",
+                                  color=colours[name], label=name)
+        ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
+        ax.set_xticks(sorted(p["n_step"].unique()))
+    fig.supxlabel(NSTEP_LABEL, fontsize=PAPER_STYLE["axes.labelsize"])
+    fig.supylabel("mean gate activation", fontsize=PAPER_STYLE["axes.labelsize"])
+    fig.legend(handles=[handles[n] for n, _, _ in series if n in handles], loc="outside upper center",
+               ncol=min(len(handles), 4))
+    return save(fig, stem)
 
 
+@paper_style
 def saturation(gates: pd.DataFrame, stem: str) -> list[str]:
     """Per-unit fraction of time left-saturated (< 0.1; g: < -0.9) against right-saturated (> 0.9), after
     Karpathy, Johnson & Fei-Fei (2015), one panel per gate and layer (layers from 1); the first seed of each
@@ -253,49 +303,48 @@ def saturation(gates: pd.DataFrame, stem: str) -> list[str]:
     df = gates[gates["scope"] == "unit"]
     df = df[df["seed"] == df.groupby(["n_step", "layers", "regime"])["seed"].transform("min")]
     varying = [c for c in ("n_step", "layers", "regime") if df[c].nunique() > 1] or ["n_step"]
-    panels = sorted({(int(l), g) for l, g in zip(df["layer"], df["gate"])},
-                    key=lambda p: (p[0], GATE_ORDER.index(p[1]) if p[1] in GATE_ORDER else 99))
-    with plt.rc_context(STYLE):
-        n_gates = len({g for _, g in panels}) or 1
-        fig, axes = _grid(max(len(panels), 1), ncols_max=n_gates, w=3.0, h=3.0)
-        series = df.assign(series=[_series_label(r, varying).split(", ", 1)[-1] for _, r in df.iterrows()])
-        labels = sorted(series["series"].unique(), key=lambda s: [int(t) if t.isdigit() else t for t in
-                                                                  s.replace("=", " ").split()])
-        cmap = plt.get_cmap("viridis")
-        colours = {n: cmap(i / max(len(labels) - 1, 1)) for i, n in enumerate(labels)}
-        for ax, (layer, gate) in zip(axes, panels):
-            p = series[(series["layer"] == layer) & (series["gate"] == gate)]
-            for name in labels:
-                s = p[p["series"] == name]
-                ax.scatter(s["frac_left_saturated"], s["frac_right_saturated"], s=10, alpha=0.7, color=colours[name],
-                           label=name, edgecolors="none")
-            ax.plot([0, 1], [1, 0], color="grey", lw=0.8, ls=":")
-            ax.set_xlim(-0.02, 1.02)
-            ax.set_ylim(-0.02, 1.02)
-            ax.set_aspect("equal")
-            ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
-            low, high = saturation_bounds(gate)
-            ax.set_xlabel(f"Fraction of steps < {low:g}")
-            ax.set_ylabel(f"Fraction of steps > {high:g}")
-        if panels:
-            axes[0].legend(frameon=False, markerscale=1.5, loc="upper right")
-        fig.tight_layout()
-        return save(fig, stem)
+    panels = _gate_panels(df, layer_first=True)
+    n_gates = len({g for _, g in panels}) or 1
+    fig, axes = _grid(max(len(panels), 1), 1.85, ncols_max=n_gates, extra_h=0.2)
+    series = df.assign(series=[_series_label(r, varying).split(", ", 1)[-1] for _, r in df.iterrows()])
+    labels = sorted(series["series"].unique(), key=lambda s: [int(t) if t.isdigit() else t for t in
+                                                              s.replace("=", " ").split()])
+    cmap = plt.get_cmap("viridis")
+    colours = {n: cmap(i / max(len(labels) - 1, 1)) for i, n in enumerate(labels)}
+    for i, (ax, (layer, gate)) in enumerate(zip(axes, panels)):
+        p = series[(series["layer"] == layer) & (series["gate"] == gate)]
+        for name in labels:
+            s = p[p["series"] == name]
+            ax.scatter(s["frac_left_saturated"], s["frac_right_saturated"], s=6, alpha=0.7, color=colours[name],
+                       label=name, edgecolors="none")
+        ax.plot([0, 1], [1, 0], color="grey", lw=0.6, ls=":")
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_aspect("equal")
+        ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
+        low, high = saturation_bounds(gate)
+        ax.set_xlabel(f"fraction of steps < {low:g}")
+        ax.set_ylabel(f"fraction of steps > {high:g}" if i % n_gates == 0 else "")
+    if panels:
+        handles, names_ = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names_, loc="outside lower center", ncol=min(len(labels), 6), markerscale=1.5)
+    return save(fig, stem)
 
 
+@paper_style
 def run_curve(log: pd.DataFrame, stem: str, title: str) -> list[str]:
-    """One run's train and valid PPL per epoch (the MLflow artifact beside log.csv)."""
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(5.0, 3.4))
-        ax.plot(log["epoch"], log["train_ppl"], "--", marker="o", ms=3, label="train")
-        ax.plot(log["epoch"], log["valid_ppl"], "-", marker="o", ms=3, label="valid")
-        _log_if_wide(ax, list(log["train_ppl"]) + list(log["valid_ppl"]))
-        ax.set_xlabel("Epoch")
-        ax.set_ylabel("Perplexity (PPL)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_title(title)
-        ax.legend(frameon=False)
-        return save(fig, stem, exts=("png",), dpi=110)
+    """One run's train and valid PPL per epoch (the MLflow artifact beside log.csv), a column wide."""
+    fig, (ax,) = figure(COLUMN_IN, 2.4)
+    ax.plot(log["epoch"], log["train_ppl"], "--", marker="o", label="train")
+    ax.plot(log["epoch"], log["valid_ppl"], "-", marker="o", label="valid")
+    _log_if_wide(ax, list(log["train_ppl"]) + list(log["valid_ppl"]))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity (PPL)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(title)
+    ax.legend()
+    return save(fig, stem, exts=("png",))
 
 
-__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "saturation", "run_curve", "save"]
+__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "saturation", "run_curve", "save", "figure",
+           "PAPER_STYLE", "COLUMN_IN", "FULL_IN"]

@@ -3,8 +3,11 @@
 The CSV is long and machine-readable (one row per model configuration; raw model ids plus their display names).
 Markdown, LaTeX and HTML are pivoted for a paper: rows are models by display name (aggregate.names), n-gram
 models above neural ones, columns are the axis the study varies (n_step, else layers), cells are PPL mean ± sample
-std (ddof=1) over seeds (no ± with one seed).  A column's lowest mean is bold only when it is better beyond the
-spread (BOLD_RULE); otherwise nothing in that column is bold.
+std (ddof=1) over seeds (no ± with one seed), with thousands separators.  A column's lowest mean is bold only when
+it is better beyond the spread (BOLD_RULE); otherwise nothing in that column is bold.
+
+Each .tex file holds one table, so that a paper can \\input it alone (table.tex: test PPL, table_valid.tex: valid
+PPL), with a short caption; the method in full is in the Markdown and HTML files and the report's captions.
 """
 from __future__ import annotations
 
@@ -60,13 +63,15 @@ def _column_label(axis: str | None, value) -> str:
     if axis is None:
         return "PPL"
     if axis == "n_step":
-        return "stream" if value == 0 else f"n={value}"
-    return f"L={value}"
+        return "stream" if value == 0 else f"n = {value}"
+    return f"{value} layer{'s' if value != 1 else ''}"
 
 
 ORACLE = "Oracle"
 BOLD_RULE = ("bold: a column's lowest mean, only if its mean + std is below every other model's mean − std "
              "and all have ≥ 2 seeds")
+# The same rule, short enough for a paper's caption.
+BOLD_SHORT = "Bold: lowest mean, where its mean + std is below every other model's mean − std."
 # One column of a two-column `article` page is 229 pt wide; at \small a digit is 4.5 pt (_text_pt) and each
 # column adds 2 x \tabcolsep = 8 pt (checked by compiling the tables: the estimate is within a few pt).
 COLUMN_PT, GAP_PT = 229.0, 8.0
@@ -81,7 +86,7 @@ def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None =
     rows = list(dict.fromkeys(long["label"]))
     cols = list(dict.fromkeys(long["column"]))
     if axis:
-        cols.sort(key=lambda c: (c != "stream", int(c.split("=")[1]) if "=" in c else 0))
+        cols.sort(key=lambda c: (c != "stream", int(re.sub(r"\D", "", c) or 0)))
     wide = long.pivot(index="label", columns="column", values=[f"{split}_ppl_mean", f"{split}_ppl_std", "seeds"])
     means = wide[f"{split}_ppl_mean"].reindex(index=rows, columns=cols).astype(float)
     stds = wide[f"{split}_ppl_std"].reindex(index=rows, columns=cols).astype(float)
@@ -126,8 +131,8 @@ class PivotTable:
     def text(self, pm: str, bold: str = "{}") -> pd.DataFrame:
         """'mean<pm>std' cells ('mean' for one seed, '–' when missing), best cells as bold.format(text), and the
         seeds column first; the model is a column."""
-        means = self.means.map("{:.2f}".format)
-        cells = means.where(self.stds.isna(), means + pm + self.stds.map("{:.2f}".format))
+        means = self.means.map("{:,.2f}".format)
+        cells = means.where(self.stds.isna(), means + pm + self.stds.map("{:,.2f}".format))
         cells = cells.where(self.means.notna(), "–").mask(self.best(), cells.map(bold.format))
         cells.insert(0, "Seeds", self.seeds)
         return cells.reset_index()
@@ -143,6 +148,14 @@ def caption(split: str, table: PivotTable, pm: str = "±") -> str:
         return f"{split.capitalize()} perplexity, one seed per model (no spread, so nothing is bold)."
     return (f"{split.capitalize()} perplexity, mean {pm} std over seeds (seeds = how many; no {pm} with one seed); "
             f"{BOLD_RULE}.")
+
+
+def short_caption(split: str, table: PivotTable, axis: str | None, pm: str = "±") -> str:
+    """A paper's caption (LaTeX callers swap `pm` and escape): what the cells are, in two sentences at most."""
+    what = {"n_step": " by context length n (tokens)", "layers": " by number of layers"}.get(axis, "")
+    if table.one_seed():
+        return f"{split.capitalize()} perplexity{what}, one seed per model."
+    return f"{split.capitalize()} perplexity{what}, mean {pm} std over seeds. {BOLD_SHORT}"
 
 
 def to_markdown(table: PivotTable) -> str:
@@ -188,43 +201,55 @@ def _text_pt(text: str) -> float:
     return sum(wide.get(c, 6.5 if c.isupper() else 4.5) for c in text)
 
 
-def plain_width(text: pd.DataFrame) -> float:
+def plain_width(text: pd.DataFrame, gap_pt: float = GAP_PT) -> float:
     """The estimated printed width in pt at \\small of a table of plain strings (headers included): each column's
-    widest entry plus the gaps between columns; compared with COLUMN_PT."""
-    return sum(max(_text_pt(str(v)) for v in [c, *text[c]]) + GAP_PT for c in text.columns)
+    widest entry plus the gaps between columns (gap_pt each); compared with COLUMN_PT."""
+    return sum(max(_text_pt(str(v)) for v in [c, *text[c]]) + gap_pt for c in text.columns)
 
 
-def fit_latex(tex: str, width: int, first_rule_after: int = 0) -> str:
-    """Set a Styler/booktabs table for a two-column page: \\small with narrower column gaps, in `table` when its
-    estimated width (plain_width) fits COLUMN_PT, else deliberately in `table*` across both columns (said in a
-    comment).  With first_rule_after > 0, a \\midrule after that many body rows (n-gram models above neural)."""
+def fit_tex(tex: str, show: pd.DataFrame, first_rule_after: int = 0) -> str:
+    """fit_latex for a table of the plain strings `show`."""
+    return fit_latex(tex, plain_width(show, 0.0), len(show.columns), first_rule_after)
+
+
+# Ways to set a table in one column, tried in order: (font size command, its size over \small's, column gap in pt).
+FITS = (("\\small", 1.0, 4), ("\\small", 1.0, 3), ("\\footnotesize", 8 / 9, 3))
+
+
+def fit_latex(tex: str, text_width: float, n_columns: int, first_rule_after: int = 0) -> str:
+    """Set a Styler/booktabs table for a two-column page, in `table` at the first setting of FITS whose estimated
+    width (text_width: the widest entries at \\small, gaps excluded) fits COLUMN_PT; only when none does, in `table*`
+    across both columns at \\small (said in a comment).  With first_rule_after > 0, a \\midrule after that many
+    body rows (n-gram models above neural)."""
     lines = tex.rstrip("\n").split("\n")
     if first_rule_after:
         head = lines.index("\\midrule")
         if head + 1 + first_rule_after < len(lines) and not lines[head + 1 + first_rule_after].startswith("\\"):
             lines.insert(head + 1 + first_rule_after, "\\midrule")
+    fits = [(size, sep) for size, scale, sep in FITS if text_width * scale + 2 * sep * n_columns <= COLUMN_PT]
+    size, sep = fits[0] if fits else FITS[0][::2]
     at = lines.index("\\centering") + 1
-    lines[at:at] = ["\\small", "\\setlength{\\tabcolsep}{4pt}"]
+    lines[at:at] = [size, f"\\setlength{{\\tabcolsep}}{{{sep}pt}}"]
     tex = "\n".join(lines)
-    if width > COLUMN_PT:
+    if not fits:
+        width = text_width + 2 * sep * n_columns
         tex = (f"% table*: about {width:.0f} pt wide at \\small, more than one column of a two-column page "
-               f"({COLUMN_PT:.0f} pt); set across both columns on purpose\n"
+               f"({COLUMN_PT:.0f} pt) even at \\footnotesize; set across both columns on purpose\n"
                + tex.replace("\\begin{table}", "\\begin{table*}").replace("\\end{table}", "\\end{table*}"))
     return tex
 
 
 def to_latex(table: PivotTable, caption: str, label: str) -> str:
     """A booktabs table; `caption` is LaTeX source (escape it yourself).  Model names and column headers are
-    escaped; the cells are numbers with $\\pm$, bold (\\textbf) where PivotTable.best says.  When the table is too
-    wide for one column and every model has the same number of seeds, that number moves from its column to the
-    caption."""
+    escaped; the cells are numbers with $\\pm$, bold (\\textbf) where PivotTable.best says.  When every model has the
+    same number of seeds, that number moves from its column to the caption."""
     plain = table.text(" ± ")
     seeds = set(table.seeds.drop(index=ORACLE, errors="ignore"))
-    drop_seeds = plain_width(plain) > COLUMN_PT and len(seeds) == 1
+    drop_seeds = len(seeds) == 1  # the same for every model: said once, in the caption
     if drop_seeds:
         plain = plain.drop(columns="Seeds")
         n = seeds.pop()
-        caption += f" Every model has {n} seed{'s' if n != 1 else ''}."
+        caption += "" if n == "1" else f" Every model has {n} seeds."  # one seed: the caption says so already
     styler = _styler(table, r" $\pm$ ", "textbf:--rwrap;", drop_seeds).format_index(escape="latex", axis=1)
     styler = styler.format(escape="latex", subset=[c for c in ("Model", "Seeds") if c in plain.columns])
     tex = styler.to_latex(hrules=True, caption=caption, label=label, position="t", position_float="centering",
@@ -232,11 +257,13 @@ def to_latex(table: PivotTable, caption: str, label: str) -> str:
     # Rules between the n-gram and the neural models and before the oracle line, as in the published tables.
     neural_rows = len(table.means.index) - table.ngram_rows - (ORACLE in table.means.index)
     tex = tex.replace(f"\n{ORACLE} &", f"\n\\midrule\n{ORACLE} &")
-    return fit_latex(tex, plain_width(plain), table.ngram_rows if neural_rows else 0)
+    return fit_tex(tex, plain, table.ngram_rows if neural_rows else 0)
 
 
 def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl: float | None,
-                 csv_path, md_path, tex_path, html_path) -> None:
+                 csv_path, md_path, tex_path, html_path, valid_tex_path=None) -> None:
+    """table.csv (long), table.md and table.html (test and valid), table.tex (test) and, when valid_tex_path is given,
+    the valid table in a .tex file of its own."""
     csv = summary.copy()
     csv.insert(1, "model_name", csv["model"].map(names.display))  # `model` keeps the raw id
     with atomic_write(csv_path) as fh:
@@ -250,12 +277,14 @@ def write_tables(name: str, description: str, summary: pd.DataFrame, oracle_ppl:
         md += [caption(split, table).replace(head, f"**{head}**", 1), "", to_markdown(table), ""]
     with atomic_write(md_path) as fh:
         fh.write("\n".join(md))
-    tex = [f"% Study {name}: generated by lmgrid aggregate; needs \\usepackage{{booktabs}}"]
-    for split, table in pivots.items():
-        text = caption(split, table, "$\\pm$").replace("−", "$-$").replace("≥", "$\\geq$")
-        tex += [to_latex(table, f"Study {latex_escape(name)}: {text}", f"tab:{name}-{split}"), ""]
-    with atomic_write(tex_path) as fh:
-        fh.write("\n".join(tex))
+    axis = pivot_axis(summary)
+    for split, path in (("test", tex_path), ("valid", valid_tex_path)):
+        if path is None:
+            continue
+        text = short_caption(split, pivots[split], axis, "$\\pm$").replace("−", "$-$")
+        with atomic_write(path) as fh:
+            fh.write(f"% Study {name}: generated by lmgrid aggregate; needs \\usepackage{{booktabs}}\n"
+                     f"{to_latex(pivots[split], text, f'tab:{name}-{split}')}\n")
     from html import escape
 
     body = [f"<p>{escape(description)}</p>"] if description else []
