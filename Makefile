@@ -15,7 +15,7 @@ export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup run dry test test-all report lint clean status plan report-check
+.PHONY: setup run dry test test-all report lint clean status plan report-check mlflow
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -58,6 +58,13 @@ report-check: $(TSTAMP)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
 		|| echo "report-check: no chromium and not root: apt-get install chromium"
 	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+
+## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT)
+MLFLOW_PORT ?= 5000
+mlflow: $(STAMP)
+	@test -f results/mlflow.db || { echo "make mlflow: no results/mlflow.db yet: run make run first"; exit 2; }
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts \
+		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 lint: $(STAMP)
 	$(SMK) --lint

@@ -66,11 +66,11 @@ def _test_ppl_through_mlflow(root, model_uri: str) -> float:
 
 @pytest.mark.parametrize("key", [LSTM, KN], ids=["lstm", "kn"])
 def test_loaded_model_scores_the_test_split_like_the_cell(clone, key):
-    """mlflow.pyfunc.load_model(runs:/<id>/model).predict on the test split gives the cell's test PPL.
+    """mlflow.pyfunc.load_model(runs:/<id>/<cell slug>).predict on the test split gives the cell's test PPL.
     kills: predict dropping </s>'s log-prob (or counting <s>, which its own target check also stops), log10."""
     root, ids = clone
     metrics = json.loads((root / key.run_dir(CORPUS) / "metrics.json").read_text())
-    ppl = _test_ppl_through_mlflow(root, f"runs:/{ids[key]}/model")
+    ppl = _test_ppl_through_mlflow(root, f"runs:/{ids[key]}/{key.slug}")
     assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
 
 
@@ -85,7 +85,7 @@ def test_models_view_signature_and_registration(clone):
     with fluent_uri(uri):
         models = mlflow.search_logged_models(experiment_ids=[exp.experiment_id], output_format="list")
     by_run = {m.source_run_id: m for m in models}
-    assert set(by_run) == {ids[LSTM], ids[KN]} and {m.name for m in models} == {"model"}
+    assert set(by_run) == {ids[LSTM], ids[KN]}
     for key in (LSTM, KN):
         m = by_run[ids[key]]
         metrics = json.loads((root / key.run_dir(CORPUS) / "metrics.json").read_text())
@@ -113,7 +113,7 @@ def test_models_load_after_results_moves(clone, tmp_path):
     shutil.rmtree(root / "results" / "mlartifacts")  # nothing may still read the old place
     try:
         metrics = json.loads((moved / KN.run_dir(CORPUS) / "metrics.json").read_text())
-        assert _test_ppl_through_mlflow(moved, f"runs:/{ids[KN]}/model") == pytest.approx(metrics["test"]["ppl"],
+        assert _test_ppl_through_mlflow(moved, f"runs:/{ids[KN]}/{KN.slug}") == pytest.approx(metrics["test"]["ppl"],
                                                                                         rel=1e-6)
         client = MlflowClient(tracking_uri=f"sqlite:///{moved}/results/mlflow.db")
         model_id = client.get_run(ids[LSTM]).data.tags[TAG_MODEL].split("/")[-1]
@@ -159,7 +159,7 @@ def test_models_load_through_the_ui_command_of_the_readme(clone, tmp_path):
             metrics = json.loads((moved / KN.run_dir(CORPUS) / "metrics.json").read_text())
             test = load_split(moved / f"results/{CORPUS}/corpus/test.txt")
             with fluent_uri(f"http://127.0.0.1:{port}"):
-                model = mlflow.pyfunc.load_model(f"runs:/{ids[KN]}/model")
+                model = mlflow.pyfunc.load_model(f"runs:/{ids[KN]}/{KN.slug}")
             ppl = perplexity_of(model.predict([" ".join(s) for s in test]))
             assert ppl == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
         finally:
