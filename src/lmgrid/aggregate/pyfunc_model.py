@@ -11,7 +11,7 @@ cell reads each sentence from a zero state, whereas its test PPL carried the sta
 
 A model carries lmgrid with it: the package's source is logged as the model's code (`code_paths`; MLflow puts it
 on sys.path before unpickling the wrapper, which refers to this module), and requirements.txt pins what loading
-and predicting import (mlflow, pandas, numpy, torch for a neural cell) by their public versions (no `+cpu`).
+and predicting import (mlflow, pandas, numpy; torch and pytorch-lightning for a neural cell) by their public versions (no `+cpu`).
 So `pip install -r <model>/requirements.txt` and `mlflow.pyfunc.load_model(...)` load it outside this project.
 """
 from __future__ import annotations
@@ -108,7 +108,8 @@ def requirements(neural: bool) -> list[str]:
     from packaging.version import Version
 
     pins = []
-    for pkg in ("mlflow", "pandas", "numpy", *(("torch",) if neural else ())):
+    # A neural cell's loader imports Lightning too (lmgrid.neural.data's DataModule module).
+    for pkg in ("mlflow", "pandas", "numpy", *(("torch", "pytorch-lightning") if neural else ())):
         try:
             pins.append(f"{pkg}=={Version(metadata.version(pkg)).public}")
         except metadata.PackageNotFoundError:
