@@ -6,8 +6,8 @@ TSTAMP  := $(VENV)/.installed-test-stamp
 CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
 # CONFIG: a config file applied over config.yaml (e.g. a preset); SET: overrides, YAML-typed, each replacing the
-# node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"  (README,
-# "Configuration"). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
+# node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"
+# (docs/configuration.md). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
 # assignments at blanks outside quotes and outside {...} / [...] values.
 CONFIG  ?=
 SET     ?=

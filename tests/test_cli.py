@@ -87,7 +87,8 @@ BAD = {("plan", "--cores", "0"): "lmgrid plan: error: argument --cores: must be 
        ("generate", "--run", "r", "-n", "0"): "lmgrid generate: error: argument -n: must be at least 1, got 0",
        ("generate", "--run", "r", "--max-tokens", "0"):
            "lmgrid generate: error: argument --max-tokens: must be at least 1, got 0",
-       ("generate", "--run", "r", "--top-k", "-1"): "lmgrid generate: error: argument --top-k: must be at least 0, got -1",
+       ("generate", "--run", "r", "--top-k", "-1"):
+           "lmgrid generate: error: argument --top-k: must be at least 0, got -1",
        ("generate", "--run", "r", "--temperature", "0"):
            "lmgrid generate: error: argument --temperature: must be above 0, got 0"}
 

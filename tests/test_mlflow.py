@@ -135,7 +135,8 @@ def test_runs_are_complete_records(results, tmp_path):
         assert (run.info.start_time, run.info.end_time) == (int(m["start_unix_s"] * 1000), int(m["end_unix_s"] * 1000))
         # runs:/<id>/<cell slug> is the cell's pyfunc model (tests/test_mlflow_models.py loads real ones)
         key = next(k for k in all_runs(STUDIES) if k.run_dir(CORPUS) == tag)
-        [model] = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")
+        [model] = client.search_logged_models([run.info.experiment_id],
+                                              filter_string=f"source_run_id = '{run.info.run_id}'")
         assert model.name == key.slug
         assert "MLmodel" in {a.path.split("/")[-1] for a in client.list_logged_model_artifacts(model.model_id)}
         assert {a.path.split("/")[-1]

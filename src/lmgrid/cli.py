@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("vocab", help="build the vocabulary from train; report OOV rates")
     for name, what in (("train", "the train split (the vocabulary's source)"), ("valid", "the valid split"),
-                       ("test", "the test split"), ("out", "output: vocab.json"), ("report", "output: vocab_report.json")):
+                       ("test", "the test split"), ("out", "output: vocab.json"),
+                       ("report", "output: vocab_report.json")):
         s.add_argument(f"--{name}", required=True, help=what)
     s.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often in train")
     s.add_argument("--max-size", type=int, default=0, help="keep at most this many words (0: no limit)")
@@ -244,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop a sentence after this many tokens without </s> (default 100)")
     s.set_defaults(func=cmd_generate)
 
-    for name, what in (("status", "every cell of the config: done, running (epoch, valid PPL, ETA), failed or "
-                                  "pending; the time spent and an estimate of what is left"),
+    for name, what in (("status", "every cell of the config: done (its valid and test PPL), running (epoch, valid "
+                                  "PPL, ETA), failed or pending; the time spent and an estimate of what is left"),
                        ("plan", "before a run: how many cells each study adds and roughly what they cost")):
         s = sub.add_parser(name, help=what)
         s.add_argument("--configfile", action="append", default=[], help="applied over config.yaml, as Snakemake does")

@@ -11,7 +11,8 @@ cell reads each sentence from a zero state, whereas its test PPL carried the sta
 
 A model carries lmgrid with it: the package's source is logged as the model's code (`code_paths`; MLflow puts it
 on sys.path before unpickling the wrapper, which refers to this module), and requirements.txt pins what loading
-and predicting import (mlflow, pandas, numpy; torch and pytorch-lightning for a neural cell) by their public versions (no `+cpu`).
+and predicting import (mlflow, pandas, numpy; torch and pytorch-lightning for a neural cell) by their public
+versions (no `+cpu`).
 So `pip install -r <model>/requirements.txt` and `mlflow.pyfunc.load_model(...)` load it outside this project.
 """
 from __future__ import annotations

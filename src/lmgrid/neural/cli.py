@@ -82,7 +82,7 @@ def register(sub) -> None:
     s.add_argument("--impl", default="torch", help="implementation: torch, or for lstm cell/concat, for gru cell")
     s.add_argument("--n-step", type=int, required=True, help="window size incl. the target (stream: ignored, 0)")
     s.add_argument("--layers", type=int, default=1, help="stacked layers (default 1)")
-    s.add_argument("--regime", default="window", help="window or stream (README, Regimes)")
+    s.add_argument("--regime", default="window", help="window or stream (docs/models.md, Regimes)")
     s.add_argument("--seed", type=int, default=1, help="seed of the initial weights and batch order")
     for name, what in (("train", "the train split"), ("valid", "the valid split"), ("test", "the test split"),
                        ("vocab", "vocab.json")):
