@@ -226,7 +226,8 @@ def test_sync_to_a_real_mlflow_server(results, tmp_path):
         exp = client.get_experiment_by_name(CORPUS)
         assert exp.artifact_location.startswith("mlflow-artifacts:")  # the server's, not a path of this machine
         models = client.search_logged_models([exp.experiment_id])
-        assert len(models) == len(all_runs(STUDIES)) and all(m.name == "model" for m in models)
+        assert sorted(m.name for m in models) == sorted(k.slug for k in all_runs(STUDIES))
+        assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
         _check_live_training_logs(uri, tmp_path)
     finally:
         _stop(server)
