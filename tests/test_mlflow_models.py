@@ -139,10 +139,21 @@ def test_second_sync_logs_nothing_new(clone):
         assert len(mlflow.search_logged_models(experiment_ids=[exp], output_format="list")) == 2
 
 
+def make_mlflow_command(venv: Path, port: int) -> list[str]:
+    """The command `make mlflow` runs (the Makefile's recipe), for this environment and port."""
+    import re
+    import shlex
+
+    recipe = re.search(r"^mlflow:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M)[1]
+    line = [x for x in recipe.replace("\\\n", " ").splitlines() if " ui " in x][0].strip()
+    return shlex.split(line.replace("$(VENV)", str(venv)).replace("$(MLFLOW_PORT)", str(port)))
+
+
 @pytest.mark.slow
-def test_models_load_through_the_ui_command_of_the_readme(clone, tmp_path):
-    """`mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`,
-    started in a copy of the clone, serves the models: a client over http loads one and gets the cell's test PPL."""
+def test_models_load_through_make_mlflow(clone, tmp_path):
+    """The command `make mlflow` runs (`mlflow ui --backend-store-uri sqlite:///results/mlflow.db
+    --artifacts-destination results/mlartifacts ...`), started in a copy of the clone, serves the models: a client
+    over http loads one and gets the cell's test PPL."""
     import subprocess
     import sys
 
@@ -152,8 +163,9 @@ def test_models_load_through_the_ui_command_of_the_readme(clone, tmp_path):
     moved = tmp_path / "copy"
     shutil.copytree(root / "results", moved / "results")
     port = _free_port()
-    cmd = [str(Path(sys.executable).with_name("mlflow")), "ui", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", "sqlite:///results/mlflow.db", "--artifacts-destination", "results/mlartifacts"]
+    cmd = make_mlflow_command(Path(sys.executable).parents[1], port) + ["--workers", "1"]
+    assert cmd[1:6] == ["ui", "--backend-store-uri", "sqlite:///results/mlflow.db", "--artifacts-destination",
+                        "results/mlartifacts"], cmd
     with open(tmp_path / "ui.log", "w") as log:
         server = subprocess.Popen(cmd, cwd=moved, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
