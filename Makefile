@@ -6,8 +6,8 @@ TSTAMP  := $(VENV)/.installed-test-stamp
 CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
 # CONFIG: a config file applied over config.yaml (e.g. a preset); SET: overrides, YAML-typed, each replacing the
-# node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"  (README,
-# "Configuration"). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
+# node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"
+# (docs/configuration.md). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
 # assignments at blanks outside quotes and outside {...} / [...] values.
 CONFIG  ?=
 SET     ?=
@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry test test-avx2 test-all report lint clean status plan report-check
+.PHONY: setup run dry test test-avx2 test-all report lint clean status plan report-check mlflow
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -73,6 +73,13 @@ AVX2_FLAGS := fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2
 test-avx2: $(TSTAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
 		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
+
+## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT)
+MLFLOW_PORT ?= 5000
+mlflow: $(STAMP)
+	@test -f results/mlflow.db || { echo "make mlflow: no results/mlflow.db yet: run make run first"; exit 2; }
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts \
+		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 lint: $(STAMP)
 	$(SMK) --lint

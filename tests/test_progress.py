@@ -40,10 +40,11 @@ def _job(key: RunKey, reason: str = "missing output", deps=()) -> Job:
 PLAN = Plan([_job(LSTM[3]), _job(LSTM[5], "params changed: lr"), _job(KN)])
 
 
-def _done(key: RunKey, seconds: float) -> None:
+def _done(key: RunKey, seconds: float, valid_ppl: float = 30.0, test_ppl: float = 29.0) -> None:
     run = Path(key.run_dir("c"))
     run.mkdir(parents=True, exist_ok=True)
-    (run / "metrics.json").write_text(json.dumps({"wall_s": seconds}))
+    (run / "metrics.json").write_text(json.dumps({"wall_s": seconds, "valid": {"ppl": valid_ppl},
+                                                  "test": {"ppl": test_ppl}}))
     bench = Path(key.beside("c", "benchmarks/runs", ".tsv"))
     bench.parent.mkdir(parents=True, exist_ok=True)
     bench.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:{int(seconds):02d}\t100\n")
@@ -89,6 +90,34 @@ def test_status_states_eta_and_estimates(grid):
     text = format_status(CONFIG, list(cells.values()), left(CONFIG, list(cells.values()), PLAN, cores=2))
     assert "4 cells: 1 done, 1 running, 1 failed, 1 pending" in text
     assert "time spent:" in text and "1 cell(s) with nothing finished to estimate from" in text
+
+
+def test_status_of_a_finished_grid_shows_each_cell_valid_and_test_ppl(tmp_path, monkeypatch):
+    """`lmgrid status` on a grid where Snakemake would run nothing: one row per cell with its valid and test PPL from
+    its metrics.json, and no empty columns.  Negative control, the mutation it kills: a status that does not read the
+    results (the 53 "done" rows with empty columns of issue 28)."""
+    from lmgrid import progress
+
+    monkeypatch.chdir(tmp_path)
+    keys = [LSTM[2], LSTM[3], LSTM[5], KN]
+    for i, key in enumerate(keys):
+        _done(key, 10.0 + i, valid_ppl=1000.0 + i + 0.125, test_ppl=20.0 + i + 0.5)
+
+    def rows() -> dict[str, dict[str, str]]:
+        cells = grid_status(CONFIG, Plan([]))
+        text = format_status(CONFIG, cells, left(CONFIG, cells, Plan([]), cores=2))
+        lines = [line for line in text.splitlines() if line.startswith("|")]
+        head = [c.strip() for c in lines[0].split("|")[1:-1]]
+        return {r[0]: dict(zip(head, r)) for r in ([c.strip() for c in line.split("|")[1:-1]] for line in lines[2:])}
+
+    def shows_results(table) -> bool:
+        return set(table) == {k.name for k in keys} and all(
+            table[k.name].get("valid PPL") == f"{1000.0 + i + 0.125:,.2f}" and table[k.name]["test PPL"] ==
+            f"{20.0 + i + 0.5:.2f}" and all(table[k.name].values()) for i, k in enumerate(keys))
+
+    assert shows_results(rows()), rows()
+    monkeypatch.setattr(progress, "_ppl", lambda metrics, split: None)
+    assert not shows_results(rows())
 
 
 def test_plan_counts_each_study_once(grid):

@@ -1,5 +1,5 @@
-"""Each override example of README.md ("Configuration and overrides") through the real command line, dry-run only:
-the shell's quoting, then make's (`make dry`, which passes CONFIG/SET to Snakemake exactly as `make run` does), then
+"""Each override example of docs/configuration.md ("Configuration and overrides"; README.md links it) through the real
+command line, dry-run only: the shell's quoting, then make's (`make dry`, which passes CONFIG/SET to Snakemake exactly as `make run` does), then
 Snakemake's --config parsing, then lmgrid.config's."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ VENV = Path(sys.prefix)
 
 
 def readme_examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "configuration.md").read_text()
     block = text.split("Override settings without editing the file", 1)[1].split("```bash\n", 1)[1].split("```")[0]
     return [line for line in block.splitlines() if line.strip()]
 

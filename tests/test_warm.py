@@ -60,6 +60,7 @@ def test_a_forked_job_writes_what_its_own_process_writes(server, tmp_path):
     assert "valid PPL" in job_log  # the child wrote to the job's own stdout
     a, b = (json.loads((tmp_path / d / "run" / "metrics.json").read_text()) for d in ("own", "warm"))
     assert a["test"] == b["test"] and a["valid"] == b["valid"]  # deterministic: the same numbers
+    assert all(m["cpu_s"] > 0 and m["max_rss_mib"] > 0 for m in (a, b))  # each process measured itself
 
 
 def test_a_failing_job_exits_with_its_one_line_error(server, tmp_path):
@@ -105,6 +106,72 @@ def test_without_a_server_the_job_runs_in_its_own_process(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+ALLOC_MIB, CPU_S = 200, 0.5
+# A job of known cost, run as the warm server runs a training job (its `run`), or in a process of its own: it
+# allocates ALLOC_MIB and touches every page, spends CPU_S of CPU time, then writes what lmgrid.resources.own_usage
+# measured (what lmgrid train and lmgrid ngram write into metrics.json) and its RSS before the allocation.
+KNOWN_JOB = f"""
+import json, os, sys, time
+def job(argv):
+    from lmgrid.resources import own_usage
+    with open("/proc/self/statm") as fh:
+        rss_before_mib = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    block = bytearray({ALLOC_MIB} * 2 ** 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    start = time.process_time()
+    while time.process_time() - start < {CPU_S}:
+        pass
+    with open(argv[1], "w") as fh:
+        json.dump({{"rss_before_mib": rss_before_mib, **own_usage()}}, fh)
+    return 0
+"""
+
+
+def _run_measured(cmd: list[str], **kw) -> tuple[int, float, float]:
+    """Exit status, peak RSS (MiB) and CPU seconds of a process as its parent sees them (wait4): what Snakemake's
+    benchmark of a job measures."""
+    proc = subprocess.Popen(cmd, **kw)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="needs Linux /proc")
+def test_resource_figures_are_the_training_process_own_with_and_without_the_server(tmp_path):
+    """A job that allocates 200 MiB and spends 0.5 s of CPU reports at least that (peak RSS above its RSS before
+    the allocation by 200 MiB, CPU time >= 0.5 s) through lmgrid.resources, whether the warm server forked it or it
+    ran in its own process.  Negative control, the mutation it kills: taking the figures from the job's own process
+    as Snakemake's benchmark does, which under the server is the thin client (measured here by wait4 as Snakemake
+    would): it misses the allocation and the CPU time."""
+    sock, log = tmp_path / "s.sock", tmp_path / "server.log"
+    server_code = KNOWN_JOB + "from lmgrid.warm import serve\nserve(sys.argv[1], int(sys.argv[2]), 300.0, run=job)\n"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-c", server_code, str(sock), str(os.getpid())], stdout=out,
+                                  stderr=subprocess.STDOUT, env=env(), start_new_session=True)
+    try:
+        assert wait_for(sock.exists), log.read_text()
+        client = "import sys\nfrom lmgrid.warm import run_via_server\nsys.exit(run_via_server(sys.argv[1:]) or 0)\n"
+        status, client_rss, client_cpu = _run_measured(
+            [sys.executable, "-c", client, "job", str(tmp_path / "warm.json")], env=env(LMGRID_WARM_SOCKET=str(sock)))
+        assert status == 0 and "job " in log.read_text()  # the server forked it
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    own = subprocess.run([sys.executable, "-c", KNOWN_JOB + "sys.exit(job(sys.argv[1:]))\n", "job",
+                          str(tmp_path / "own.json")], env=env(), capture_output=True, text=True)
+    assert own.returncode == 0, own.stderr
+
+    def reports_the_job(rss_mib: float, cpu_s: float, rss_before_mib: float) -> bool:
+        return rss_mib >= rss_before_mib + 0.95 * ALLOC_MIB and cpu_s >= CPU_S
+
+    for name in ("warm", "own"):
+        r = json.loads((tmp_path / f"{name}.json").read_text())
+        assert reports_the_job(r["max_rss_mib"], r["cpu_s"], r["rss_before_mib"]), (name, r)
+    # The mutant: the thin client's own figures for the job the server ran miss it, even against a zero baseline.
+    assert not reports_the_job(client_rss, client_cpu, rss_before_mib=0.0), (client_rss, client_cpu)
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen, Path, Path]:

@@ -32,6 +32,14 @@ class Cell:
     spent_s: float = 0.0  # job wall seconds so far (done: from the benchmark file)
     left_s: float | None = None  # estimate for running and pending cells; None when nothing to go by
     least_left_s: float = 0.0  # running: what the current epoch still takes
+    valid_ppl: float | None = None  # done: the run's results (metrics.json)
+    test_ppl: float | None = None
+
+
+def _ppl(metrics: dict, split: str) -> float | None:
+    """A finished run's PPL on `split` (docs/contracts.md, metrics.json); None when it has none."""
+    scores = metrics.get(split)
+    return float(scores["ppl"]) if isinstance(scores, dict) and "ppl" in scores else None
 
 
 def _log_path(key: RunKey, corpus: str) -> Path:
@@ -96,10 +104,15 @@ def cell_state(key: RunKey, corpus: str, job: Job | None) -> Cell:
     """The state of one cell; `job` is its pending job in the dry run (None: Snakemake would not run it)."""
     if job is None:
         spent = benchmark_s(key, corpus)
-        metrics = Path(key.run_dir(corpus)) / "metrics.json"
-        if spent is None and metrics.is_file():
-            spent = json.loads(metrics.read_text()).get("wall_s", 0.0)
-        return Cell(key, "done", spent_s=spent or 0.0)
+        path = Path(key.run_dir(corpus)) / "metrics.json"
+        try:
+            metrics = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            metrics = {}
+        if spent is None:
+            spent = metrics.get("wall_s", 0.0)
+        return Cell(key, "done", spent_s=spent or 0.0, valid_ppl=_ppl(metrics, "valid"),
+                    test_ppl=_ppl(metrics, "test"))
     log = _log_path(key, corpus)
     progress_path = Path(key.beside(corpus, "ckpt/runs")) / "progress.json"
     progress = None
@@ -207,16 +220,23 @@ def _others_table(rest: Left) -> str:
                          for job, why, s, source in rest.others]).to_markdown(index=False)
 
 
+def _fmt_ppl(ppl: float | None) -> str:
+    return "" if ppl is None else f"{ppl:,.2f}"
+
+
 def format_status(config: dict, cells: list[Cell], rest: Left) -> str:
     import pandas as pd
 
     counts = {s: sum(c.state == s for c in cells) for s in ("done", "running", "failed", "pending")}
-    table = pd.DataFrame([{"run": c.key.name, "state": c.state, "spent": fmt_s(c.spent_s) if c.spent_s else "",
+    table = pd.DataFrame([{"run": c.key.name, "state": c.state, "valid PPL": _fmt_ppl(c.valid_ppl),
+                           "test PPL": _fmt_ppl(c.test_ppl), "spent": fmt_s(c.spent_s) if c.spent_s else "",
                            "left": fmt_s(c.left_s) if c.state != "done" else "", "detail": c.detail}
                           for c in cells])
+    if not table["detail"].any():  # a finished grid: no empty column
+        table = table.drop(columns=["left", "detail"])
     spent = sum(c.spent_s for c in cells)
     lines = [f"# {config['corpus']['name']}: {len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-             table.to_markdown(index=False), ""]
+             table.to_markdown(index=False, disable_numparse=True), ""]  # PPLs as formatted
     if rest.others:
         lines += ["Other jobs left:", _others_table(rest), ""]
     lines.append(f"time spent: {fmt_s(spent)} of job time; left: {_left_text(rest)}")

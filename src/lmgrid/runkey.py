@@ -49,6 +49,11 @@ class RunKey:
         model = self.arch if self.impl in ("torch", NGRAM_IMPL) else f"{self.arch}/{self.impl}"
         return f"{model} n{self.n_step} l{self.layers} {self.regime} s{self.seed}"
 
+    @property
+    def slug(self) -> str:
+        """Every field, no blanks or slashes: the cell's MLflow model name, e.g. 'lstm-torch-n5-l1-window-s1'."""
+        return f"{self.arch}-{self.impl}-n{self.n_step}-l{self.layers}-{self.regime}-s{self.seed}"
+
     def run_dir(self, corpus: str) -> str:
         return RUN_DIR.format(corpus=corpus, **asdict(self))
 

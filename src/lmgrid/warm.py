@@ -19,7 +19,8 @@ and it dies with its server (Linux: PR_SET_PDEATHSIG) and with its job (the serv
 group when the job's connection ends).  A job whose server went away before it started the child falls back to
 running in its own process; a job whose child was running fails with one line, and its rerun resumes from the
 run's last checkpoint like any other failed job.  The forked child's CPU time and peak memory are not in the
-job's Snakemake benchmark file (the child is the server's, not the job's); metrics.json records them.
+job's Snakemake benchmark file (the child is the server's, not the job's): the child measures itself and writes them
+into metrics.json (lmgrid.resources), as a job in its own process does.
 
 GPUs: a process that has initialised CUDA cannot fork a child that uses it (torch: "Cannot re-initialize CUDA in
 forked subprocess").  The workflow starts no server when a training job of the run will train on a GPU, and the

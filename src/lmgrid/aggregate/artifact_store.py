@@ -7,9 +7,11 @@ has is the server-managed `mlflow-artifacts:/<path>`: a tracking server maps it 
 `--artifacts-destination`.  lmgrid therefore creates experiments as
 
 * `mlflow-artifacts:/<experiment>` with a sqlite store.  A server (`mlflow ui --backend-store-uri
-  sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`) serves them as is; without a server,
-  `install()` (done by the sync and by `lmgrid.aggregate.pyfunc_model`'s users through `client_for`) maps them to
-  `mlartifacts/<path>` beside the database file, wherever that file now is;
+  sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts`, `make mlflow`) serves them as is;
+  without a server, `repository` maps them to `mlartifacts/<path>` beside the database file, wherever that file now
+  is.  MLflow finds it through lmgrid's entry point `mlflow.artifact_repository` (pyproject.toml) wherever lmgrid
+  is installed, so plain `mlflow.pyfunc.load_model("runs:/...")` works with the sqlite URI; `install()` registers it
+  by hand (the sync does, so that it works from a source checkout too);
 * the server's default with an http(s) tracking URI (the server decides, normally `mlflow-artifacts:/`).
 
 Experiments created before this keep their stored (absolute) location.

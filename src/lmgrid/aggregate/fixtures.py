@@ -65,6 +65,8 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
         write_gates(run_dir / "gates.csv", key, rng, units)
     # A made-up model file and when the "training" ran (fixed, so fixtures are reproducible).
     m.update({"start_unix_s": 1.7e9 + 100 * key.n_step, "end_unix_s": 1.7e9 + 100 * key.n_step + 1.5})
+    # The job process's own CPU time and peak RSS (lmgrid.resources), unlike the benchmark file's (write_data).
+    m.update({"cpu_s": 20.0 + key.n_step, "max_rss_mib": 400.0 + key.layers})
     with atomic_write(run_dir / ("model.arpa" if key.is_ngram else "model.ckpt"), "wb") as fh:
         fh.write(f"fake model of {key.name}\n".encode())
     write_json(run_dir / "metrics.json", m)

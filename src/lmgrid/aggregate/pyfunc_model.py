@@ -8,7 +8,12 @@ counts.  PPL over sentences = exp(-sum log_prob_nats / sum tokens): `perplexity_
 
 For window-regime and n-gram cells, the PPL of the test split equals the cell's test PPL; a stream-regime
 cell reads each sentence from a zero state, whereas its test PPL carried the state across sentences.
-Loading needs lmgrid importable (the project's environment): the model pickles a reference to this module.
+
+A model carries lmgrid with it: the package's source is logged as the model's code (`code_paths`; MLflow puts it
+on sys.path before unpickling the wrapper, which refers to this module), and requirements.txt pins what loading
+and predicting import (mlflow, pandas, numpy; torch and pytorch-lightning for a neural cell) by their public
+versions (no `+cpu`).
+So `pip install -r <model>/requirements.txt` and `mlflow.pyfunc.load_model(...)` load it outside this project.
 """
 from __future__ import annotations
 
@@ -25,8 +30,8 @@ from ..ppl import perplexity, targets
 
 COLUMN = "sentence"
 OUTPUTS = ("log_prob_nats", "tokens")
-MODEL_NAME = "model"  # the LoggedModel's name: runs:/<run id>/model
 EXAMPLE_SENTENCES = 3
+PACKAGE = Path(__file__).resolve().parents[1]  # src/lmgrid: logged with every model as its code
 
 
 def _mlflow():
@@ -97,14 +102,33 @@ def input_example(text_path: Path | None) -> pd.DataFrame:
 
 
 def requirements(neural: bool) -> list[str]:
-    """Pinned from this environment (no inference: MLflow's would load each model in a subprocess)."""
+    """Pinned from this environment (no inference: MLflow's would load each model in a subprocess), by public
+    version: a local label such as torch's `+cpu` names a build, which another machine's index need not have
+    (pip's `torch==2.13.0` accepts the +cpu build where that is installed).  lmgrid itself is not a requirement:
+    the model carries its source (code_paths)."""
+    from packaging.version import Version
+
     pins = []
-    for pkg in ("mlflow", "pandas", "numpy", *(("torch",) if neural else ())):
+    # A neural cell's loader imports Lightning too (lmgrid.neural.data's DataModule module).
+    for pkg in ("mlflow", "pandas", "numpy", *(("torch", "pytorch-lightning") if neural else ())):
         try:
-            pins.append(f"{pkg}=={metadata.version(pkg)}")
+            pins.append(f"{pkg}=={Version(metadata.version(pkg)).public}")
         except metadata.PackageNotFoundError:
             pins.append(pkg)
     return pins
+
+
+@contextlib.contextmanager
+def package_source():
+    """A copy of lmgrid's source (.py files only: no caches, no build leftovers) to log as a model's code."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(PACKAGE, Path(tmp) / PACKAGE.name,
+                        ignore=lambda d, names: [n for n in names if not (n.endswith(".py") or (Path(d) / n).is_dir())
+                                                 or n == "__pycache__"])
+        yield Path(tmp) / PACKAGE.name
 
 
 def unloadable_reason(model_file: Path) -> str | None:
@@ -146,14 +170,17 @@ def _quiet():
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = saved
 
 
-def log_cell_model(model_file: Path, vocab: Path | None, example_text: Path | None, params: dict, tags: dict):
-    """Log the pyfunc model of one cell into the active run; returns MLflow's ModelInfo."""
+def log_cell_model(name: str, model_file: Path, vocab: Path | None, example_text: Path | None, params: dict,
+                   tags: dict):
+    """Log the pyfunc model of one cell, named `name` (RunKey.slug), into the active run; returns MLflow's
+    ModelInfo."""
     mlflow = _mlflow()
     artifacts = {"model": str(model_file)}
     if vocab is not None and vocab.is_file():
         artifacts["vocab"] = str(vocab)
-    with _quiet():
-            return mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=LmgridPyfunc(), artifacts=artifacts,
-                                       signature=signature(), input_example=input_example(example_text),
+    with _quiet(), package_source() as code:
+        return mlflow.pyfunc.log_model(name=name, python_model=LmgridPyfunc(), artifacts=artifacts,
+                                       code_paths=[str(code)], signature=signature(),
+                                       input_example=input_example(example_text),
                                        pip_requirements=requirements(model_file.suffix == ".ckpt"),
                                        params=params, tags=tags)

@@ -32,7 +32,10 @@ TAG_HASH = "lmgrid.content_sha256"
 TAG_KIND = "lmgrid.kind"
 TAG_STUDIES = "lmgrid.studies"
 TAG_MODEL = "lmgrid.model"
-MODEL_FORMAT = "pyfunc-1"  # in every cell's content hash: a change here re-logs every cell once
+# MLflow 3's UI opens an experiment without this tag in its GenAI view (models listed as "Agent versions"); this
+# value is the UI's own for classic model training (its experiment-kind selector sets the same tag).
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+MODEL_FORMAT = "pyfunc-2"  # in every cell's content hash: a change here re-logs every cell once
 FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")
 NUMERIC_PARAMS = ("order",)
 TAG_KEYS = ("stopped_because", "device", "torch_version", "lightning_version")
@@ -56,9 +59,13 @@ def experiment_id(client, name: str, uri: str) -> str:
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
+        for k, v in EXPERIMENT_KIND.items():  # experiments created before the tag existed get it too
+            if exp.tags.get(k) != v:
+                client.set_experiment_tag(exp.experiment_id, k, v)
         return exp.experiment_id
     # mlflow-artifacts:/<name> (mlartifacts/ beside a sqlite database, wherever it moves) or the server's default.
-    return client.create_experiment(name, artifact_location=artifact_store.experiment_location(uri, name))
+    return client.create_experiment(name, artifact_location=artifact_store.experiment_location(uri, name),
+                                    tags=EXPERIMENT_KIND)
 
 
 def _drop_empty_default(client) -> None:
@@ -149,9 +156,9 @@ def cell_payload(key: RunKey, run_dir: Path) -> dict:
         g = read_gates(run_dir / "gates.csv")
         for _, row in g[g["scope"] == "all"].iterrows():
             for col in ("mean", "std", "frac_left_saturated", "frac_right_saturated"):
-                final[f"gates/l{int(row['layer'])}/{row['gate']}/{col}"] = float(row[col])
+                final[f"gates/{layer_label(row['layer'])}/{row['gate']}/{col}"] = float(row[col])
         for _, row in g[g["scope"] == "position"].iterrows():
-            history.append((f"gates_by_position/l{int(row['layer'])}/{row['gate']}/mean", float(row["mean"]),
+            history.append((f"gates_by_position/{layer_label(row['layer'])}/{row['gate']}/mean", float(row["mean"]),
                             int(row["index"])))
     return {"params": params, "tags": tags, "final": final, "history": history}
 
@@ -169,6 +176,11 @@ def embedding_payload(root: Path, corpus: str, key: RunKey) -> tuple[dict[str, f
             if pd.notna(row[col]):
                 metrics[f"embed_{row['embedding']}_{col}"] = float(row[col])
     return metrics, sorted((root / key.beside(corpus, EMBEDDING_VECTORS)).glob("*.w2v.txt"))
+
+
+def layer_label(layer: int) -> str:
+    """gates.csv counts layers from 0 (docs/contracts.md); a metric name, like the tables and figures, from 1."""
+    return f"l{int(layer) + 1}"
 
 
 def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history: list, when_ms: int,
@@ -192,8 +204,12 @@ def run_times_ms(run_dir: Path, metrics: dict) -> tuple[int, int]:
 
 
 def benchmark_metrics(path: Path) -> dict[str, float]:
-    """The job's Snakemake benchmark file (wall time, peak RSS, CPU time) as metrics bench_*; {} when none."""
-    return {f"bench_{name}": value for name, value in read_benchmark(path).items()}
+    """The job's wall time from its Snakemake benchmark file, as `bench_wall_s` ({} when none).  Its peak RSS and
+    CPU time are left out: a training job forked from the warm server is not in the job's process tree, so they
+    would be the thin client's.  The run's own `cpu_s` and `max_rss_mib` (metrics.json, lmgrid.resources) are
+    logged instead."""
+    wall = read_benchmark(path).get("wall_s")
+    return {} if wall is None else {"bench_wall_s": wall}
 
 
 class CorpusData:
@@ -201,7 +217,8 @@ class CorpusData:
     (with sha256 digests, so retraining on changed data shows), and the corpus and vocabulary settings as params."""
 
     def __init__(self, root: Path, corpus: str, settings: dict | None = None):
-        base = root / f"results/{corpus}"
+        self.root = Path(root)
+        base = self.root / f"results/{corpus}"
         files = {s: base / f"corpus/{s}.txt" for s in ("train", "valid", "test")} | {"vocab": base / "vocab.json"}
         self.files = {name: path for name, path in files.items() if path.is_file()}
         self.digests = {}
@@ -221,13 +238,17 @@ class CorpusData:
     def fingerprint(self) -> str:
         return json.dumps([self.digests, self.params], sort_keys=True)
 
+    def source(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
     def log_inputs(self, client, run_id: str) -> None:
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.data.sources import LocalArtifactDatasetSource
         from mlflow.entities import DatasetInput, InputTag
 
-        # MLflow stores at most 36 characters of a dataset digest: the first 32 hex digits of the sha256.
-        inputs = [DatasetInput(MetaDataset(LocalArtifactDatasetSource(str(path.resolve())), name=name,
+        # MLflow stores at most 36 characters of a dataset digest: the first 32 hex digits of the sha256.  A source
+        # is the file's path relative to the folder holding results/ (results/<corpus>/...): the same on every clone.
+        inputs = [DatasetInput(MetaDataset(LocalArtifactDatasetSource(self.source(path)), name=name,
                                            digest=self.digests[name][:32])._to_mlflow_entity(),
                                tags=[InputTag("mlflow.data.context", "vocabulary" if name == "vocab" else name)])
                   for name, path in self.files.items()]
@@ -302,9 +323,10 @@ class Syncer:
         self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
 
     def _log_model(self, key: RunKey, tag: str, run_id: str, run_dir: Path, params: dict) -> str | None:
-        """The cell's model as an MLflow pyfunc model named `model` (pyfunc_model: its model.ckpt or model.arpa and
-        the vocabulary as artifacts; a LoggedModel in the Models view), its id; None, with the reason in the tag
-        lmgrid.model, when there is none to log.  With mlflow.register_models, also a registered model version."""
+        """The cell's model as an MLflow pyfunc model named after the cell (RunKey.slug, e.g. runs:/<id>/lstm-torch-
+        n5-l1-window-s1; pyfunc_model: its model.ckpt or model.arpa and the vocabulary as artifacts; a LoggedModel in
+        the Models view), its id; None, with the reason in the tag lmgrid.model, when there is none to log.  With
+        mlflow.register_models, also a registered model version."""
         import mlflow
 
         from . import pyfunc_model
@@ -316,7 +338,7 @@ class Syncer:
             return None
         files = self.data.files if self.data is not None else {}
         with mlflow.start_run(run_id=run_id, log_system_metrics=False):
-            info = pyfunc_model.log_cell_model(model_file, files.get("vocab"), files.get("test"), params,
+            info = pyfunc_model.log_cell_model(key.slug, model_file, files.get("vocab"), files.get("test"), params,
                                                {TAG_KEY: tag})
         self.client.set_tag(run_id, TAG_MODEL, info.model_uri)
         if self.register_models:

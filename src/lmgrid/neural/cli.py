@@ -80,14 +80,15 @@ def _live(a) -> dict | None:
 
 def register(sub) -> None:
     s = sub.add_parser("train", help="train one neural model (a grid cell) and write its run folder")
-    s.add_argument("--arch", required=True)
-    s.add_argument("--impl", default="torch")
+    s.add_argument("--arch", required=True, help="ffnn, rnn, lstm, gru or transformer")
+    s.add_argument("--impl", default="torch", help="implementation: torch, or for lstm cell/concat, for gru cell")
     s.add_argument("--n-step", type=int, required=True, help="window size incl. the target (stream: ignored, 0)")
-    s.add_argument("--layers", type=int, default=1)
-    s.add_argument("--regime", default="window")
-    s.add_argument("--seed", type=int, default=1)
-    for name in ("train", "valid", "test", "vocab"):
-        s.add_argument(f"--{name}", required=True)
+    s.add_argument("--layers", type=int, default=1, help="stacked layers (default 1)")
+    s.add_argument("--regime", default="window", help="window or stream (docs/models.md, Regimes)")
+    s.add_argument("--seed", type=int, default=1, help="seed of the initial weights and batch order")
+    for name, what in (("train", "the train split"), ("valid", "the valid split"), ("test", "the test split"),
+                       ("vocab", "vocab.json")):
+        s.add_argument(f"--{name}", required=True, help=what)
     s.add_argument("--run-dir", required=True, help="output folder (RunKey.run_dir)")
     s.add_argument("--ckpt-dir", required=True, help="in-progress checkpoints; kept on failure, resumed from")
     s.add_argument("--hparams", default="{}", help="JSON object of training settings (config.yaml `train:`)")

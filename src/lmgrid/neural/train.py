@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import resource
 import shutil
 import time
 import warnings
@@ -36,6 +35,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from lmgrid.errors import LmgridError, atomic_write, write_json
 from lmgrid.models import IMPLS
 from lmgrid.ppl import BOS, perplexity
+from lmgrid.resources import own_usage
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
 
@@ -275,10 +275,6 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         "lr_decays": module.schedule.decays,
         "lr_history": [r["lr"] for r in rows],
         "wall_s": 0.0,
-        # This process's own CPU time and peak RSS: a job run in a warm server's child (lmgrid.warm) has them
-        # here, not in its Snakemake benchmark file.
-        "cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 3),
-        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "device": _device_name(device, devices),
         "precision": precision,
         "precision_reason": precision_reason,
@@ -297,6 +293,9 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     metrics["wall_s"] = round(time.time() - t0, 3)
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
     metrics["start_unix_s"], metrics["end_unix_s"] = round(t0, 3), round(time.time(), 3)
+    # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
+    # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
+    metrics.update(own_usage())
     write_json(run_dir / "metrics.json", metrics)
     print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "

@@ -37,20 +37,20 @@ def cmd_ngram(a) -> None:
 
 def register(sub) -> None:
     s = sub.add_parser("ngram-counts", help="count every n-gram of train up to an order (counts.npz)")
-    s.add_argument("--train", required=True)
-    s.add_argument("--vocab", required=True)
-    s.add_argument("--max-order", type=int, required=True)
-    s.add_argument("--out", required=True)
+    s.add_argument("--train", required=True, help="the train split")
+    s.add_argument("--vocab", required=True, help="vocab.json")
+    s.add_argument("--max-order", type=int, required=True, help="count n-grams up to this order")
+    s.add_argument("--out", required=True, help="output: counts.npz")
     s.add_argument("--memory-mb", type=float, default=MEMORY_MB, help="memory budget (ngram.memory_mb)")
     s.set_defaults(func=cmd_counts)
 
     s = sub.add_parser("ngram", help="estimate one n-gram model, write model.arpa and metrics.json")
-    s.add_argument("--counts", required=True)
-    s.add_argument("--vocab", required=True)
-    s.add_argument("--valid", required=True)
-    s.add_argument("--test", required=True)
-    s.add_argument("--arch", required=True, choices=["addk", "katz", "kn", "mkn"])
-    s.add_argument("--order", type=int, required=True)
+    s.add_argument("--counts", required=True, help="counts.npz (lmgrid ngram-counts)")
+    s.add_argument("--vocab", required=True, help="vocab.json")
+    s.add_argument("--valid", required=True, help="the valid split, scored")
+    s.add_argument("--test", required=True, help="the test split, scored")
+    s.add_argument("--arch", required=True, choices=["addk", "katz", "kn", "mkn"], help="the smoothing method")
+    s.add_argument("--order", type=int, required=True, help="the model's order (the cell's n_step)")
     s.add_argument("--arpa", required=True, help="output: the model as an ARPA file (or a one-line note, "
                                                  "when --write-arpa says no)")
     s.add_argument("--write-arpa", default="auto", choices=["auto", "true", "false"],

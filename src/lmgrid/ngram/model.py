@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import LmgridError, atomic_write, write_json
 from ..ppl import BOS, PAD, counted_tokens, perplexity
+from ..resources import own_usage
 from ..runkey import normalise
 from ..vocab import Vocab
 from . import arpa
@@ -240,6 +241,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
                "params": sum(sizes), "order": order, "method": arch, "settings": settings,
                "ngrams_per_order": sizes, "arpa_written": arpa_on,
                "timing": timing, "wall_s": round(sum(timing.values()), 3),
-               "start_unix_s": round(start_unix_s, 3), "end_unix_s": round(time.time(), 3)}
+               "start_unix_s": round(start_unix_s, 3), "end_unix_s": round(time.time(), 3),
+               **own_usage()}  # this process's CPU seconds and peak RSS, as a training job records its own
     write_json(metrics_path, metrics)
     return metrics
