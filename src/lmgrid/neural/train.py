@@ -35,6 +35,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lmgrid.errors import LmgridError, atomic_write, write_json
 from lmgrid.models import IMPLS
+from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
@@ -42,7 +43,7 @@ from lmgrid.vocab import Vocab
 from . import gates as gates_mod
 from .callbacks import EpochLog, Progress
 from .data import LMData
-from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
+from .hparams import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
 from .precision import autocast, resolve_precision
 
@@ -73,8 +74,9 @@ def schedule_settings(hp: dict) -> dict:
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str]) -> str:
-    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_COMPUTING}},
-                                  sort_keys=True).encode())
+    computing = {k: v for k, v in hp.items() if k not in NOT_COMPUTING
+                 and not (k in NEUTRAL_DEFAULTS and v == NEUTRAL_DEFAULTS[k])}
+    h = hashlib.sha256(json.dumps({"run": run, "hp": computing}, sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
         h.update(Path(paths[name]).read_bytes())
@@ -99,6 +101,12 @@ def _resume_path(ckpt_dir: Path, fingerprint: str) -> Path | None:
     """What _prepare_ckpt_dir returns, without changing anything: for the DDP processes other than 0."""
     stamp, last = ckpt_dir / "fingerprint.txt", ckpt_dir / "last.ckpt"
     return last if stamp.is_file() and stamp.read_text().strip() == fingerprint and last.is_file() else None
+
+
+def _output_layer_name(model_config: dict) -> str:
+    if model_config["output_layer"] == "adaptive":
+        return f"adaptive softmax (clusters cut at {', '.join(map(str, model_config['cutoffs']))})"
+    return "full softmax"
 
 
 def _device_name(device: torch.device, devices: int = 1) -> str:
@@ -132,6 +140,8 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
                     "max_len": n_step - 1 if regime == "window" else 2 * hp["bptt"],
                     "context_len": 0 if regime == "window" else hp["bptt"],
                     **{k: hp[k] for k in MODEL_KEYS}}
+    if hp["output_layer"] == "adaptive":  # its clusters, cut from the train counts (lmgrid.models.adaptive)
+        model_config["cutoffs"] = adaptive_cutoffs([vocab.counts.get(t, 0) for t in vocab.tokens])
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
     fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path})
@@ -151,7 +161,7 @@ def run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: in
     if main:
         print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
               f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {precision} "
-              f"({precision_reason}), {start}", flush=True)
+              f"({precision_reason}), {_output_layer_name(model_config)}, {start}", flush=True)
 
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
