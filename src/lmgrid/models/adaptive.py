@@ -142,6 +142,9 @@ class AdaptiveHead(nn.Module):
             total = -F.log_softmax(self._head_logits(x), -1).gather(1, head_target[:, None]).sum()
             for i, rows in enumerate(members):
                 if rows.numel():
-                    lp = self._tail_log_probs(i, x[rows])
-                    total = total - lp.gather(1, (t[rows] - self.bounds[i])[:, None]).sum()
+                    total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
         return total
+
+    def _tail_nll(self, i: int, x, word) -> torch.Tensor:
+        """-sum log p_i(word | x) within tail cluster i (from 0); word counts from the cluster's first id."""
+        return -self._tail_log_probs(i, x).gather(1, word[:, None]).sum()
