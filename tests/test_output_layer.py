@@ -134,6 +134,22 @@ def test_training_loss_is_the_exact_nll(arch, regime, monkeypatch):
     assert float(mutated.detach()) < float(exact.detach()) - 1e-3
 
 
+def test_every_parameter_gets_a_gradient_when_no_target_is_in_a_tail(monkeypatch):
+    """DDP (train.devices > 1) needs a gradient for every parameter at every step: a batch whose targets are all
+    head words still reaches each tail (with zeros).  Negative control, run here: kills "empty tails skipped"."""
+    def missing():
+        model = make("lstm")
+        nll, _, _ = batch_nll(model, tokens(1), tokens(2) % CUTOFFS[0], "stream")  # head words only
+        nll.backward()
+        return [name for name, p in model.named_parameters() if p.grad is None]
+
+    assert missing() == []
+    tail_nll = AdaptiveHead._tail_nll
+    monkeypatch.setattr(AdaptiveHead, "_tail_nll", lambda self, i, x, word: (
+        tail_nll(self, i, x, word) if len(word) else x.new_zeros(())))  # the mutation
+    assert missing() and all(name.startswith("head.tail_") for name in missing())
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return tiny_corpus(tmp_path_factory.mktemp("adaptive"), train=200)

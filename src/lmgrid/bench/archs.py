@@ -13,7 +13,8 @@ training step is what `lmgrid train` runs per batch (lmgrid.neural.module.batch_
 SGD); evaluation is forward only, as lmgrid.neural.module.evaluate (for the adaptive softmax both use its own exact
 loss, no [N, V] matrix). bf16-mixed is torch.autocast(cpu, bfloat16)
 around the forward, as Lightning's; recurrences stay float32 (lmgrid.models.common.fp32_recurrence). Prints one
-Markdown table.
+Markdown table.  `--clock cpu` times by this process's CPU time instead of the wall clock: on a machine other jobs
+share, at one thread, it stands for what an idle machine's wall clock would show.
 """
 from __future__ import annotations
 
@@ -62,13 +63,13 @@ def batches(regime: str, rows: int, args, n: int):
     return [(draw(rows, args.bptt), draw(rows, args.bptt)) for _ in range(n)]
 
 
-def tokens_per_s(model, data, regime: str, bf16: bool, train: bool, warmup: int) -> float:
+def tokens_per_s(model, data, regime: str, bf16: bool, train: bool, warmup: int, clock=time.perf_counter) -> float:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model.train(train)
     state, tokens, t0 = None, 0, None
     for i, (x, y) in enumerate(data):
         if i == warmup:
-            t0, tokens = time.perf_counter(), 0
+            t0, tokens = clock(), 0
         with torch.set_grad_enabled(train), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             nll, n, state = batch_nll(model, x, y, regime, state if regime == "stream" else None)
         if regime == "stream":
@@ -79,7 +80,7 @@ def tokens_per_s(model, data, regime: str, bf16: bool, train: bool, warmup: int)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
             opt.step()
         tokens += int(n)
-    return tokens / (time.perf_counter() - t0)
+    return tokens / (clock() - t0)
 
 
 def main(argv: list[str]) -> int:
@@ -91,14 +92,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--width", type=int, default=200)
     p.add_argument("--bptt", type=int, default=35)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: tokens per CPU-second of this process (all its threads), for a machine other jobs share")
     p.add_argument("--output-layers", nargs="+", default=["full", "adaptive"], choices=["full", "adaptive"])
     a = p.parse_args(argv)
+    clock = time.perf_counter if a.clock == "wall" else time.process_time
     cutoffs = adaptive_cutoffs((zipf_law(a.vocab) * 1e9).round().tolist())
     torch.set_num_threads(a.threads)
     tuned = keep_freed_blocks()  # as `lmgrid train` does (lmgrid.neural.allocator)
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {a.threads}, torch {torch.__version__}, "
-          f"V={a.vocab}, width {a.width}, {a.steps} timed steps after {a.warmup}; malloc tuned: {tuned}; "
-          f"load average {os.getloadavg()[0]:.1f}; adaptive cutoffs {cutoffs}\n")
+          f"V={a.vocab}, width {a.width}, {a.steps} timed steps after {a.warmup}, {a.clock} clock; "
+          f"malloc tuned: {tuned}; load average {os.getloadavg()[0]:.1f}; adaptive cutoffs {cutoffs}\n")
     print("| model | output layer | params | train fp32 | train bf16 | eval fp32 | eval bf16 | bf16/fp32 (train) | "
           "x full: train fp32 | train bf16 | eval fp32 | eval bf16 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -119,11 +123,11 @@ def main(argv: list[str]) -> int:
             figures = {}
             for bf16 in (False, True):
                 figures["train", bf16] = tokens_per_s(model, batches(regime, train_rows, a, n), regime, bf16, True,
-                                                      a.warmup)
+                                                      a.warmup, clock)
                 # Evaluation steps carry fewer tokens (10 rows, or one 512 batch): time as many tokens as training.
                 eval_n = a.warmup + max(a.steps * train_rows // eval_rows, 5)
                 figures["eval", bf16] = tokens_per_s(model, batches(regime, eval_rows, a, eval_n), regime, bf16,
-                                                     False, a.warmup)
+                                                     False, a.warmup, clock)
             order = [("train", False), ("train", True), ("eval", False), ("eval", True)]
             full = full or (figures if output_layer == "full" else None)
             gains = " | ".join(f"{figures[k] / full[k]:.2f}" if full and output_layer != "full" else ""

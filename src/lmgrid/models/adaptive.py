@@ -140,9 +140,10 @@ class AdaptiveHead(nn.Module):
                 head_target[rows] = head + i
                 members.append(rows)
             total = -F.log_softmax(self._head_logits(x), -1).gather(1, head_target[:, None]).sum()
+            # Every tail is called, with no rows when no target falls in it: its parameters are then in the graph
+            # with zero gradients, which DDP (train.devices > 1) requires of every parameter at every step.
             for i, rows in enumerate(members):
-                if rows.numel():
-                    total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
+                total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
         return total
 
     def _tail_nll(self, i: int, x, word) -> torch.Tensor:
