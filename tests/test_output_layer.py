@@ -1,10 +1,9 @@
 """`output_layer: adaptive` (lmgrid.models.adaptive): cutoffs by the stated rule, an exact normalised distribution
 over the whole vocabulary, a training loss equal to its exact NLL, a PPL independent of the evaluation's batch
-layout, float32 under bf16 autocast, tied rows, and every consumer (gate statistics, `lmgrid score`, sampling, the
+layout, float32 normalisation under bf16 autocast, tied rows, and every consumer (gate statistics, `lmgrid score`, sampling, the
 MLflow pyfunc model) working with it.  Every test runs its mutation too and checks that it fails."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import types
 
@@ -201,27 +200,33 @@ def test_ppl_does_not_depend_on_the_evaluation_batch_layout(corpus, monkeypatch)
     assert not agree(window) and not agree(stream)
 
 
-def test_runs_in_float32_under_bf16_autocast(monkeypatch):
-    """Under CPU bf16 autocast the adaptive head computes in float32: from the bf16 hidden state a bf16 trunk hands
-    over, the same log-probabilities as without autocast, bit for bit, and a float32 loss (PyTorch's own module
-    fails there, pytorch#44724).  Negative control, run here: kills "autocast left on inside the head" (its
-    matmuls then run in bf16)."""
-    real_autocast = torch.autocast
-    model = make("lstm").eval()
+@pytest.mark.parametrize("arch", ["lstm", "transformer"])
+def test_normalised_and_exact_under_bf16_autocast(arch, monkeypatch):
+    """Under CPU bf16 autocast (bf16-mixed; PyTorch's own module fails there, pytorch#44724) the adaptive head's
+    products run in bf16 (its scores differ from fp32's), but every normalisation in float32: the log-probabilities
+    are float32 and sum to 1 to float32 rounding, and the training loss is their exact NLL.  Negative control, run
+    here: kills "log-softmax left in bf16" (then the sums miss 1 by bf16 rounding)."""
+    model = make(arch).eval()
+    x, y = tokens(3), tokens(4)
+
+    def under_autocast():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            log_probs, _, _ = model(x)
+            nll, _, _ = batch_nll(model, x, y, "stream")
+        return log_probs, nll
+
+    log_probs, nll = under_autocast()
+    assert log_probs.dtype == torch.float32 and nll.dtype == torch.float32
+    assert float((log_probs.double().exp().sum(-1) - 1).abs().max()) < 1e-5
+    exact = -log_probs.double().gather(-1, y[..., None]).sum()
+    assert float(nll) == pytest.approx(float(exact), rel=1e-6)
     with torch.no_grad():
-        hidden = model.features(tokens(3))[0].bfloat16()
-        plain = model.head(hidden)
-
-        def under_autocast():
-            with real_autocast("cpu", dtype=torch.bfloat16):
-                return model.head(hidden), model.head.nll(hidden, tokens(4))
-
-        mixed, nll = under_autocast()
-        assert mixed.dtype == torch.float32 and nll.dtype == torch.float32
-        assert torch.equal(plain, mixed)
-        monkeypatch.setattr(adaptive.torch, "autocast", lambda **kw: contextlib.nullcontext())  # the mutation
-        mutated, _ = under_autocast()
-    assert not torch.equal(mutated.float(), plain)
+        fp32 = model(x)[0]
+    assert not torch.equal(fp32, log_probs) and torch.allclose(fp32, log_probs, atol=0.1)
+    monkeypatch.setattr(adaptive, "F", types.SimpleNamespace(  # the mutation
+        linear=F.linear, log_softmax=lambda t, dim: torch.log_softmax(t.bfloat16(), dim)))
+    log_probs, _ = under_autocast()
+    assert float((log_probs.double().exp().sum(-1) - 1).abs().max()) > 1e-3
 
 
 def test_tied_rows_are_the_embedding(monkeypatch):

@@ -25,9 +25,12 @@ embedding's rows [c_i, c_{i+1}) (as fairseq ties an adaptive softmax to its inpu
 one full-width table, not fairseq's adaptive input with narrower tail embeddings, so a tied tail cannot shrink its
 width: its projection P_i is then a square emb_dim x emb_dim one.  Untied, every row is this module's own.
 
-Precision: the whole layer runs in float32 with autocast off (PyTorch's AdaptiveLogSoftmaxWithLoss fails under
-CPU bf16 autocast, index_copy_ dtype mismatch, pytorch#44724; here the log-probabilities are summed over two
-softmaxes, where bf16's 8-bit mantissa would cost more than the matmuls it saves).
+Precision: under bf16-mixed the matrix products run in bf16, as the full softmax's do, and every log-softmax,
+sum and gather in float32 (each part's scores are cast before they are normalised), so the distribution stays
+normalised to float32 rounding and the loss is float32.  (PyTorch's AdaptiveLogSoftmaxWithLoss fails under CPU bf16
+autocast, index_copy_ with mismatched dtypes, pytorch#44724; this module copies no scores into a preallocated
+tensor.)  Measured at 1 thread, [700 x 200] -> 10,000, forward and backward: 25 ms with everything in float32,
+11 ms with bf16 products, against the full softmax's 114 ms (fp32) and 41 ms (bf16).
 """
 from __future__ import annotations
 
@@ -104,46 +107,45 @@ class AdaptiveHead(nn.Module):
             return self._tied[0].weight[lo:self.bounds[cluster]]
         return self.head_words if cluster == 0 else self.tail_words[cluster - 1]
 
-    def _head_logits(self, x):
-        return F.linear(x, torch.cat([self._rows(0), self.head_clusters]), self.head_bias)
+    def _head_log_probs(self, x):
+        """log p_head over the head's words and then its clusters, in float32."""
+        return F.log_softmax(F.linear(x, torch.cat([self._rows(0), self.head_clusters]), self.head_bias).float(), -1)
 
     def _tail_log_probs(self, i: int, x):
-        """log p_i(w | x) over tail cluster i's words (i from 0)."""
-        return F.log_softmax(F.linear(self.tail_proj[i](x), self._rows(i + 1), self.tail_bias[i]), -1)
+        """log p_i(w | x) over tail cluster i's words (i from 0), in float32."""
+        return F.log_softmax(F.linear(self.tail_proj[i](x), self._rows(i + 1), self.tail_bias[i]).float(), -1)
 
     def _features(self, hidden: torch.Tensor) -> torch.Tensor:
-        # Flattened positions, one matrix product per part (see OutputHead.forward); in float32 (module docstring).
-        return self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1])).float())
+        # Flattened positions, one matrix product per part (see OutputHead.forward).
+        return self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1])))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=hidden.device.type, enabled=False):
-            x = self._features(hidden)
-            head_lp = F.log_softmax(self._head_logits(x), -1)
-            head = self.bounds[0]
-            parts = [head_lp[:, :head]]
-            for i in range(len(self.tail_proj)):
-                parts.append(head_lp[:, head + i:head + i + 1] + self._tail_log_probs(i, x))
-            out = torch.cat(parts, -1)
+        x = self._features(hidden)
+        head_lp = self._head_log_probs(x)
+        head = self.bounds[0]
+        parts = [head_lp[:, :head]]
+        for i in range(len(self.tail_proj)):
+            parts.append(head_lp[:, head + i:head + i + 1] + self._tail_log_probs(i, x))
+        out = torch.cat(parts, -1)
         return out.view(*hidden.shape[:-1], out.shape[-1])
 
     def nll(self, hidden: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
         """Sum of -log p(target | hidden) over the targets != ignore_index: hidden [.., in_dim], target [..]."""
-        with torch.autocast(device_type=hidden.device.type, enabled=False):
-            x, t = self._features(hidden), target.reshape(-1)
-            keep = t != ignore_index
-            x, t = x[keep], t[keep]
-            head = self.bounds[0]
-            head_target = t.clone()
-            members = []
-            for i in range(len(self.tail_proj)):
-                rows = ((t >= self.bounds[i]) & (t < self.bounds[i + 1])).nonzero().squeeze(1)
-                head_target[rows] = head + i
-                members.append(rows)
-            total = -F.log_softmax(self._head_logits(x), -1).gather(1, head_target[:, None]).sum()
-            # Every tail is called, with no rows when no target falls in it: its parameters are then in the graph
-            # with zero gradients, which DDP (train.devices > 1) requires of every parameter at every step.
-            for i, rows in enumerate(members):
-                total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
+        x, t = self._features(hidden), target.reshape(-1)
+        keep = t != ignore_index
+        x, t = x[keep], t[keep]
+        head = self.bounds[0]
+        head_target = t.clone()
+        members = []
+        for i in range(len(self.tail_proj)):
+            rows = ((t >= self.bounds[i]) & (t < self.bounds[i + 1])).nonzero().squeeze(1)
+            head_target[rows] = head + i
+            members.append(rows)
+        total = -self._head_log_probs(x).gather(1, head_target[:, None]).sum()
+        # Every tail is called, with no rows when no target falls in it: its parameters are then in the graph with
+        # zero gradients, which DDP (train.devices > 1) requires of every parameter at every step.
+        for i, rows in enumerate(members):
+            total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
         return total
 
     def _tail_nll(self, i: int, x, word) -> torch.Tensor:
