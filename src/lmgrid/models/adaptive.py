@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import INIT_RANGE
+from .common import INIT_RANGE, OutputHead
 from .config import ModelConfig
 
 HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
@@ -151,3 +151,11 @@ class AdaptiveHead(nn.Module):
     def _tail_nll(self, i: int, x, word) -> torch.Tensor:
         """-sum log p_i(word | x) within tail cluster i (from 0); word counts from the cluster's first id."""
         return -self._tail_log_probs(i, x).gather(1, word[:, None]).sum()
+
+
+def output_layer(cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None) -> nn.Module:
+    """The output layer cfg.output_layer names: the full softmax's OutputHead (logits) or the adaptive softmax
+    (exact log-probabilities, which serve wherever logits do)."""
+    if cfg.output_layer == "adaptive":
+        return AdaptiveHead(cfg, in_dim, embedding)
+    return OutputHead(cfg, in_dim, embedding)

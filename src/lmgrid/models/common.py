@@ -60,16 +60,6 @@ class LMBase(nn.Module):
         return self.head(hidden), state, gates
 
 
-def output_layer(cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None) -> nn.Module:
-    """The output layer cfg.output_layer names: the full softmax's OutputHead (logits) or the adaptive softmax
-    (models/adaptive.py; exact log-probabilities, which serve wherever logits do)."""
-    if cfg.output_layer == "adaptive":
-        from .adaptive import AdaptiveHead
-
-        return AdaptiveHead(cfg, in_dim, embedding)
-    return OutputHead(cfg, in_dim, embedding)
-
-
 @torch.no_grad()
 def init_recurrence(layout, hidden: int, forget_block: int | None = None) -> None:
     """Initialise recurrent weights given in nn.LSTM/nn.GRU/nn.RNN layout, [(w_ih, w_hh, b_ih, b_hh)] per layer,

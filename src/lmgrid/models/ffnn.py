@@ -10,7 +10,8 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import INIT_RANGE, Embedding, LMBase, output_layer, stack_layers
+from .adaptive import output_layer
+from .common import INIT_RANGE, Embedding, LMBase, stack_layers
 from .config import ModelConfig
 
 ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}

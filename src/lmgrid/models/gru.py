@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import (Embedding, LMBase, output_layer, construction_draws_discarded, fp32_recurrence, init_recurrence,
+from .adaptive import output_layer
+from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 from .lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout

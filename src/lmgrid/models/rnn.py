@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Embedding, LMBase, output_layer, fp32_recurrence, init_recurrence, zeros_state
+from .adaptive import output_layer
+from .common import Embedding, LMBase, fp32_recurrence, init_recurrence, zeros_state
 from .lstm import library_stack, run_library_stack, torch_layout
 from .config import ModelConfig
 

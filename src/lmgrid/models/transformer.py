@@ -21,7 +21,8 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import LMBase, output_layer
+from .adaptive import output_layer
+from .common import LMBase
 from .config import ModelConfig
 
 
