@@ -267,6 +267,26 @@ def test_bad_adaptive_config_is_a_one_line_error(changes, key):
     assert "\n" not in str(e.value)
 
 
+def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_path, monkeypatch):
+    """`output_layer: full` (the default) fingerprints a run as its settings did before output_layer existed, so an
+    interrupted run still resumes; `adaptive` fingerprints differently.  Negative control, run here: kills "the
+    neutral default fingerprinted like any setting" (x-neutral-default ignored)."""
+    from lmgrid.neural import train as train_mod
+    from lmgrid.neural.hparams import resolve_hparams
+
+    (tmp_path / "vocab.json").write_text("{}")
+    paths, run = {"vocab": str(tmp_path / "vocab.json")}, {"arch": "lstm"}
+    before = {k: v for k, v in resolve_hparams({}, "lstm").items() if k != "output_layer"}
+
+    def fingerprint(**hp):
+        return train_mod._fingerprint(run, resolve_hparams(hp, "lstm"), paths)
+
+    old = train_mod._fingerprint(run, before, paths)
+    assert fingerprint() == fingerprint(output_layer="full") == old != fingerprint(output_layer="adaptive")
+    monkeypatch.setattr(train_mod, "NEUTRAL_DEFAULTS", {})  # the mutation
+    assert fingerprint(output_layer="full") != old
+
+
 # -- every consumer of a trained run, with the adaptive output layer -------------------------------------------
 
 @pytest.fixture(scope="module")
