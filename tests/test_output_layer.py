@@ -71,7 +71,7 @@ def test_cutoffs_follow_the_coverage_rule():
         assert cutoff_violation(counts, [cuts[0] - max(1, 10 ** (len(str(len(counts))) - 3)), cuts[1]]) is not None
         assert cutoff_violation(counts, [c + 2 * max(1, 10 ** (len(str(len(counts))) - 3)) for c in cuts])
     assert adaptive_cutoffs([0, 1, 0, 0]) == [2]  # a cluster that would be empty is dropped
-    with pytest.raises(ValueError, match="no frequencies"):
+    with pytest.raises(LmgridError, match="no frequencies"):
         adaptive_cutoffs([0, 0, 0])
 
 

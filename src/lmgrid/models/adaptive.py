@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmgrid.errors import LmgridError
+
 from .common import INIT_RANGE, OutputHead
 from .config import ModelConfig
 
@@ -52,8 +54,8 @@ def adaptive_cutoffs(counts, coverage=(HEAD_COVERAGE, TAIL_COVERAGE)) -> list[in
     counts = [max(int(c), 0) for c in counts]
     size, total = len(counts), sum(counts)
     if size < 2 or total == 0:
-        raise ValueError(f"adaptive softmax: a vocabulary of {size} entries with {total} training tokens has no "
-                         "frequencies to cut")
+        raise LmgridError(f"output_layer adaptive: a vocabulary of {size} entries with {total} training tokens has "
+                          "no frequencies to cut into clusters")
     step = max(1, 10 ** (int(math.log10(size)) - 2))
     cutoffs, running, i = [], 0, 0
     for share in coverage:
