@@ -16,10 +16,10 @@ from lmgrid.bench import archs
 def test_archs_bench_reports_every_architecture(capsys):
     assert archs.main(["--vocab", "50", "--width", "8", "--steps", "1", "--warmup", "1", "--threads", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [r.split(" | ")[0].lstrip("| ") for r in rows[1:]] == list(archs.MODELS)
-    for row in rows[1:]:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        speeds = [float(c.replace(",", "")) for c in (cells[2], cells[3], cells[5], cells[6])]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
+    assert [(c[0], c[1]) for c in cells] == [(m, o) for m in archs.MODELS for o in ("full", "adaptive")]
+    for row in cells:
+        speeds = [float(c.replace(",", "")) for c in row[3:7] + (row[8:12] if row[1] == "adaptive" else [])]
         assert all(s > 0 and math.isfinite(s) for s in speeds), row
 
 

@@ -50,6 +50,16 @@ class OutputHead(nn.Module):
         return flat.view(*hidden.shape[:-1], flat.shape[-1])
 
 
+class LMBase(nn.Module):
+    """What every architecture shares: forward is `features` (the hidden state at each position, before the output
+    layer) followed by `head`, the output layer.  lmgrid.neural.module.batch_nll calls the two apart to train an
+    adaptive softmax on its own loss, without the [N, V] log-probabilities."""
+
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        hidden, state, gates = self.features(tokens, state, return_gates, last_only)
+        return self.head(hidden), state, gates
+
+
 @torch.no_grad()
 def init_recurrence(layout, hidden: int, forget_block: int | None = None) -> None:
     """Initialise recurrent weights given in nn.LSTM/nn.GRU/nn.RNN layout, [(w_ih, w_hh, b_ih, b_hh)] per layer,

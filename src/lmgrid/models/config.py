@@ -19,6 +19,7 @@ IMPLS: dict[str, tuple[str, ...]] = {
     "transformer": ("torch",),
 }
 ACTIVATIONS = ("tanh", "relu", "gelu")
+OUTPUT_LAYERS = ("full", "adaptive")
 
 
 @dataclass
@@ -43,6 +44,10 @@ class ModelConfig:
     # al. 2016 for stacked LSTMs), so a deep stack starts out passing its input through.  The transformer always
     # has residual connections.
     residual: bool = False
+    # The output layer: `full` softmax, or `adaptive` softmax (models/adaptive.py) with these cluster boundaries
+    # (ids, increasing, in (0, vocab_size)), which lmgrid.neural.train sets from the vocabulary's counts.
+    output_layer: str = "full"
+    cutoffs: list = dataclasses.field(default_factory=list)
     # Hand-written cells (lstm cell/concat, gru cell): torch.compile their per-step function. Off by default because
     # `python -m lmgrid.bench cells` measured it slower than eager on the 2-core CPU (2x200, batch 20: the per-call
     # overhead of a compiled function outweighs the fused gate kernel at these sizes) and it adds ~10-30 s of
@@ -94,6 +99,18 @@ class ModelConfig:
         for key in ("tie_weights", "direct", "residual", "compile"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key, "is not true or false")
+        if self.output_layer not in OUTPUT_LAYERS:
+            raise bad("output_layer", f"is not a known output layer (one of: {', '.join(OUTPUT_LAYERS)})")
+        if self.output_layer == "adaptive":
+            cuts = self.cutoffs
+            if (not isinstance(cuts, (list, tuple)) or not cuts
+                    or any(isinstance(c, bool) or not isinstance(c, int) for c in cuts)
+                    or list(cuts) != sorted(set(cuts)) or cuts[0] < 1 or cuts[-1] >= self.vocab_size):
+                raise bad("cutoffs", f"are not increasing ids in (0, vocab_size={self.vocab_size}), as the adaptive "
+                                     "output layer needs")
+            if self.direct:
+                raise bad("direct", "is not allowed with output_layer adaptive (direct connections add to the full "
+                                    "softmax's logits)")
         if self.arch == "transformer" and self.hidden_dim % self.heads:
             raise bad("hidden_dim", f"is not a multiple of model.heads={self.heads}")
         return self

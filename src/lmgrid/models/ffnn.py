@@ -10,13 +10,14 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import INIT_RANGE, Embedding, OutputHead, stack_layers
+from .adaptive import output_layer
+from .common import INIT_RANGE, Embedding, LMBase, stack_layers
 from .config import ModelConfig
 
 ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
-class FFNNLM(nn.Module):
+class FFNNLM(LMBase):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -26,16 +27,15 @@ class FFNNLM(nn.Module):
         widths = [self.context * cfg.emb_dim] + [cfg.hidden_dim] * cfg.layers
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.act = ACT[cfg.activation]()
-        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.head = output_layer(cfg, cfg.hidden_dim, self.embedding)
         self.direct = None
         if cfg.direct:
             # No bias: the output layer's bias is the paper's b already.
             self.direct = nn.Linear(self.context * cfg.emb_dim, cfg.vocab_size, bias=False)
             nn.init.uniform_(self.direct.weight, -INIT_RANGE, INIT_RANGE)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = True):
-        """tokens [B, n_step-1] -> logits [B, 1, V] for the token after the window. Stateless: state is None.
-        `last_only` is accepted for the shared interface: a feed-forward model predicts one position anyway."""
+    def _layers(self, tokens: torch.Tensor):
+        """(the concatenated context embeddings x [B, (n-1)*emb], the last hidden layer h [B, H])."""
         if tokens.dim() != 2 or tokens.shape[1] != self.context:
             raise LmgridError(
                 f"ffnn: input of shape {tuple(tokens.shape)} is not [batch, n_step-1={self.context}]")
@@ -43,10 +43,21 @@ class FFNNLM(nn.Module):
         # Dropout between hidden layers (the head applies the last one); residual from the second layer on.
         h, _ = stack_layers(x, len(self.hidden), lambda k, h: (self.act(self.hidden[k](h)),), self.cfg.dropout,
                             self.training, self.cfg.residual)
-        logits = self.head(h)
+        return x, h
+
+    def features(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = True):
+        """tokens [B, n_step-1] -> hidden [B, 1, H] before the output layer (without the direct connections, which
+        ModelConfig allows with the full softmax only)."""
+        return self._layers(tokens)[1].unsqueeze(1), None, ({} if return_gates else None)
+
+    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = True):
+        """tokens [B, n_step-1] -> logits [B, 1, V] for the token after the window. Stateless: state is None.
+        `last_only` is accepted for the shared interface: a feed-forward model predicts one position anyway."""
+        x, h = self._layers(tokens)
+        logits = self.head(h.unsqueeze(1))
         if self.direct is not None:
-            logits = logits + self.direct(x)
-        return logits.unsqueeze(1), None, ({} if return_gates else None)
+            logits = logits + self.direct(x).unsqueeze(1)
+        return logits, None, ({} if return_gates else None)
 
     @staticmethod
     def detach_state(state):

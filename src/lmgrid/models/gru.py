@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import (Embedding, OutputHead, construction_draws_discarded, fp32_recurrence, init_recurrence,
+from .adaptive import output_layer
+from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 from .lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
@@ -83,7 +84,7 @@ class GRUCellStack(nn.Module):
                                 self.compiled, self.residual)
 
 
-class GRULM(nn.Module):
+class GRULM(LMBase):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -95,7 +96,7 @@ class GRULM(nn.Module):
                 self.rnn = library_stack(nn.GRU, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
             else:
                 self.rnn = GRUCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
-        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.head = output_layer(cfg, cfg.hidden_dim, self.embedding)
         init_recurrence(self.torch_layout(), cfg.hidden_dim)
 
     def torch_layout(self):
@@ -111,9 +112,9 @@ class GRULM(nn.Module):
                 m.copy_(t)
         return self
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state h [layers, B, H],
-        gates {z, r: [layers, B, T, H]}."""
+    def features(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> hidden [B, T, H] ([B, 1, H] with last_only; forward applies the output
+        layer), state h [layers, B, H], gates {z, r: [layers, B, T, H]}."""
         x = self.drop(self.embedding(tokens))
         with fp32_recurrence(x):  # see common.fp32_recurrence
             x = x.float()
@@ -130,7 +131,7 @@ class GRULM(nn.Module):
                     out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
-        return self.head(out[:, -1:] if last_only else out), state, gates
+        return out[:, -1:] if last_only else out, state, gates
 
     @staticmethod
     def detach_state(state):

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import (Embedding, OutputHead, construction_draws_discarded, fp32_recurrence, init_recurrence,
+from .adaptive import output_layer
+from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 
@@ -257,7 +258,7 @@ def run_library_stack(rnn, x, state, dropout: float, training: bool, residual: b
     return x, torch.cat(states)
 
 
-class LSTMLM(nn.Module):
+class LSTMLM(LMBase):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -272,7 +273,7 @@ class LSTMLM(nn.Module):
             else:
                 self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile,
                                            cfg.residual)
-        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.head = output_layer(cfg, cfg.hidden_dim, self.embedding)
         # Every impl starts from the same function for a seed: the recurrence is drawn once in nn.LSTM's layout,
         # into fresh tensors (the concat layout's views would be filled in another order), and mapped onto this
         # impl's parameterisation.
@@ -304,9 +305,9 @@ class LSTMLM(nn.Module):
         self.load_torch_layout(other.torch_layout())
         return self
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only), state (h, c) each [layers, B, H],
-        gates {i,f,o,g: [layers,B,T,H]}."""
+    def features(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> hidden [B, T, H] ([B, 1, H] with last_only; forward applies the output
+        layer), state (h, c) each [layers, B, H], gates {i,f,o,g: [layers,B,T,H]}."""
         x = self.drop(self.embedding(tokens))
         with fp32_recurrence(x):
             x = x.float()
@@ -326,7 +327,7 @@ class LSTMLM(nn.Module):
                     out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
-        return self.head(out[:, -1:] if last_only else out), state, gates
+        return out[:, -1:] if last_only else out, state, gates
 
     @staticmethod
     def detach_state(state):

@@ -4,12 +4,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Embedding, OutputHead, fp32_recurrence, init_recurrence, zeros_state
+from .adaptive import output_layer
+from .common import Embedding, LMBase, fp32_recurrence, init_recurrence, zeros_state
 from .lstm import library_stack, run_library_stack, torch_layout
 from .config import ModelConfig
 
 
-class RNNLM(nn.Module):
+class RNNLM(LMBase):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -18,19 +19,19 @@ class RNNLM(nn.Module):
         # nn.RNN's own dropout acts between layers only, the same place the hand-written LSTM/GRU put it.
         self.rnn = library_stack(nn.RNN, cfg.emb_dim, cfg.hidden_dim, cfg.layers, cfg.dropout, cfg.residual,
                                  nonlinearity="tanh")
-        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.head = output_layer(cfg, cfg.hidden_dim, self.embedding)
         init_recurrence(torch_layout(self.rnn, cfg.layers), cfg.hidden_dim)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] -> logits [B, T, V] ([B, 1, V] with last_only); state h [layers, B, H] (None = zeros).
-        An RNN has no gates."""
+    def features(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] -> hidden [B, T, H] ([B, 1, H] with last_only; forward applies the output
+        layer); state h [layers, B, H] (None = zeros). An RNN has no gates."""
         x = self.drop(self.embedding(tokens))
         with fp32_recurrence(x):  # see common.fp32_recurrence
             if state is None:
                 state = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x.float())
             out, state = run_library_stack(self.rnn, x.float(), state.float(), self.cfg.dropout if self.cfg.layers > 1
                                            else 0.0, self.training, self.cfg.residual)
-        return self.head(out[:, -1:] if last_only else out), state, ({} if return_gates else None)
+        return out[:, -1:] if last_only else out, state, ({} if return_gates else None)
 
     @staticmethod
     def detach_state(state):

@@ -21,7 +21,8 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import OutputHead
+from .adaptive import output_layer
+from .common import LMBase
 from .config import ModelConfig
 
 
@@ -54,7 +55,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(LMBase):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -63,7 +64,7 @@ class TransformerLM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_dim)
-        self.head = OutputHead(cfg, cfg.hidden_dim, self.embedding)
+        self.head = output_layer(cfg, cfg.hidden_dim, self.embedding)
         # GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2*layers) so the residual stream's
         # variance does not grow with depth; with the small output weights the untrained loss is ~log(V).
         for name, p in self.named_parameters():
@@ -73,10 +74,11 @@ class TransformerLM(nn.Module):
                 std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("attn.proj.weight", "mlp.2.weight")) else 0.02
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
-        """tokens [B, T] (T <= max_len - context_len) -> logits [B, T, V] ([B, 1, V] with last_only); state: the
-        tokens before `tokens` (None = none), of which the latest context_len are attended to; returns the new
-        state (the tokens read so far, trimmed at the next call), no gates."""
+    def features(self, tokens: torch.Tensor, state=None, return_gates: bool = False, last_only: bool = False):
+        """tokens [B, T] (T <= max_len - context_len) -> hidden [B, T, H] ([B, 1, H] with last_only), after the
+        final LayerNorm (forward applies the output layer); state: the tokens before `tokens` (None = none), of
+        which the latest context_len are attended to; returns the new state (the tokens read so far, trimmed at the
+        next call), no gates."""
         T, context = tokens.shape[1], self.cfg.context_len
         if context + T > self.cfg.max_len:
             raise LmgridError(f"transformer: sequence length {T} exceeds model.max_len={self.cfg.max_len}"
@@ -89,7 +91,7 @@ class TransformerLM(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = x[:, -1:] if last_only else x[:, -T:]  # only the new positions are predicted
-        return self.head(self.ln_f(x)), inp, ({} if return_gates else None)
+        return self.ln_f(x), inp, ({} if return_gates else None)
 
     @staticmethod
     def detach_state(state):

@@ -13,12 +13,15 @@ _SETTINGS = train_settings()
 # Every training setting, with the default used when config.yaml's `train:` section leaves it out.
 DEFAULTS = {key: spec["default"] for key, spec in _SETTINGS.items()}
 MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "residual",
-              "compile")
+              "compile", "output_layer")
 # Settings that change how a run is executed or watched, not what it computes (`x-changes-results: false` in the
 # schema): log cadence, the device and the number of DDP processes (batch sizes are global), torch.compile.  They
 # are kept out of the rules' params and of the checkpoint fingerprint, so changing one reruns nothing.
 NOT_COMPUTING = tuple(key for key, spec in _SETTINGS.items() if spec.get("x-changes-results") is False)
 COMPUTING = tuple(key for key in DEFAULTS if key not in NOT_COMPUTING)
+# Settings added after results existed, at a default that computes what runs did before them
+# (`x-neutral-default: true`): at that default the checkpoint fingerprint leaves them out (lmgrid.neural.train).
+NEUTRAL_DEFAULTS = {key: spec["default"] for key, spec in _SETTINGS.items() if spec.get("x-neutral-default")}
 # Keys of `train:` that configure the job, not the model: handled by the workflow (Snakemake threads).
 JOB_KEYS = ("threads",)
 

@@ -38,15 +38,21 @@ def batch_nll(model, x: torch.Tensor, y: torch.Tensor, regime: str, state=None, 
     """
     # In a window only the last position is a target: the output layer (the costliest part of a small model
     # with a large vocabulary) runs on that position alone.
-    logits, new_state, gates = model(x, state, last_only=regime == "window", return_gates=gate_stats is not None)
+    last_only, return_gates = regime == "window", gate_stats is not None
+    if model.cfg.output_layer == "adaptive":
+        # The adaptive softmax's own loss: the exact NLL of its distribution (the same as cross_entropy over its
+        # log-probabilities), without computing the tail clusters no target falls in.
+        hidden, new_state, gates = model.features(x, state, return_gates=return_gates, last_only=last_only)
+        nll = model.head.nll(hidden[:, -1] if last_only else hidden, y, ignore_index=IGNORE)
+    else:
+        logits, new_state, gates = model(x, state, last_only=last_only, return_gates=return_gates)
+        if last_only:
+            logits = logits[:, -1]
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
+                              ignore_index=IGNORE, reduction="sum")
     if gate_stats is not None:
         gate_stats.add(x, y, gates, from_zero_state=regime == "window" or state is None)
-    state = new_state
-    if regime == "window":
-        logits = logits[:, -1]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
-                          ignore_index=IGNORE, reduction="sum")
-    return nll, (y != IGNORE).sum(), state
+    return nll, (y != IGNORE).sum(), new_state
 
 
 @torch.no_grad()

@@ -34,6 +34,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lmgrid.errors import LmgridError, atomic_write, write_json
 from lmgrid.models import IMPLS
+from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.resources import own_usage
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
@@ -42,7 +43,7 @@ from lmgrid.vocab import Vocab
 from . import gates as gates_mod
 from .callbacks import EpochLog, Progress
 from .data import LMData
-from .hparams import MODEL_KEYS, NOT_COMPUTING, resolve_hparams
+from .hparams import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
 from .precision import autocast, fp32_settings, full_fp32, resolve_precision
 
@@ -73,10 +74,12 @@ def schedule_settings(hp: dict) -> dict:
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str], placement: dict) -> str:
-    """What a checkpoint must match to be resumed: the run, its computing settings, its input files, and where and
-    in which precision it trains (placement), so a checkpoint is never resumed on another device kind or precision."""
-    h = hashlib.sha256(json.dumps({"run": run, "hp": {k: v for k, v in hp.items() if k not in NOT_COMPUTING},
-                                   "placement": placement}, sort_keys=True).encode())
+    """What a checkpoint must match to be resumed: the run, its computing settings (a setting at its neutral default,
+    which computes what runs did before the setting existed, left out), its input files, and where and in which
+    precision it trains (placement), so a checkpoint is never resumed on another device kind or precision."""
+    computing = {k: v for k, v in hp.items() if k not in NOT_COMPUTING
+                 and not (k in NEUTRAL_DEFAULTS and v == NEUTRAL_DEFAULTS[k])}
+    h = hashlib.sha256(json.dumps({"run": run, "hp": computing, "placement": placement}, sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
         h.update(Path(paths[name]).read_bytes())
@@ -128,6 +131,12 @@ def parse_placement(text: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
+def _output_layer_name(model_config: dict) -> str:
+    if model_config["output_layer"] == "adaptive":
+        return f"adaptive softmax (clusters cut at {', '.join(map(str, model_config['cutoffs']))})"
+    return "full softmax"
+
+
 def _device_name(device: torch.device, devices: int = 1) -> str:
     times = f" x {devices}" if devices > 1 else ""
     if device.type == "cuda":
@@ -174,6 +183,8 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
                     "max_len": n_step - 1 if regime == "window" else 2 * hp["bptt"],
                     "context_len": 0 if regime == "window" else hp["bptt"],
                     **{k: hp[k] for k in MODEL_KEYS}}
+    if hp["output_layer"] == "adaptive":  # its clusters, cut from the train counts (lmgrid.models.adaptive)
+        model_config["cutoffs"] = adaptive_cutoffs([vocab.counts.get(t, 0) for t in vocab.tokens])
     run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
     ckpt_dir = Path(ckpt_dir)
     fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path},
@@ -192,7 +203,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     if main:
         print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
               f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {precision} "
-              f"({precision_reason}), {start}", flush=True)
+              f"({precision_reason}), {_output_layer_name(model_config)}, {start}", flush=True)
 
     epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,

@@ -1,0 +1,163 @@
+"""The adaptive softmax of Grave et al. (2017), "Efficient softmax approximation for GPUs": `output_layer: adaptive`.
+
+The vocabulary is cut by id into a head [0, c_1) and tail clusters [c_1, c_2), ..., [c_k, V).  The head is a
+softmax over its c_1 words plus one entry per tail cluster; a word w of tail cluster i has
+
+    log p(w | h) = log p_head(cluster i | h) + log p_i(w | P_i h),
+
+where P_i is a bias-free projection to d / 4^i dimensions (Grave et al.'s div_value 4) and p_i a softmax over the
+cluster's words.  This is an exact, normalised distribution over the whole vocabulary, not an approximation of
+another one: `forward` returns its full log-probabilities (which every consumer of logits, log_softmax,
+cross_entropy, sampling, can take as they are), and `nll` returns the same NLL without building the [N, V]
+matrix: the head for every position, and each tail only for the positions whose target lies in it.  That is where
+training gets its speed: with PTB's cutoffs 87% of the targets need no tail at all.
+
+Cutoffs (`adaptive_cutoffs`): the clusters need the vocabulary ordered by frequency, and lmgrid.vocab already
+assigns ids that way (the four specials 0..3, then train words by descending count), so no remapping is needed;
+the specials simply sit in the head.  c_1 is the shortest id prefix whose train counts cover HEAD_COVERAGE = 87%
+of the training tokens, c_2 the one covering TAIL_COVERAGE = 97%, each rounded to the nearest multiple of
+10^(floor(log10 V) - 2) (100 words for PTB's V = 10,002, which gives 2000 and 6200); a cutoff that would not
+leave each cluster at least one word is dropped.  Grave et al. put the most frequent ~80-90% of the tokens into a
+head of a few thousand words and use 2-5 clusters; two tail clusters of 10% and 3% of the tokens follow them.
+
+With `tie_weights` the head's word rows are the embedding's rows [0, c_1) and tail cluster i's output rows the
+embedding's rows [c_i, c_{i+1}) (as fairseq ties an adaptive softmax to its input embedding).  Our embedding is
+one full-width table, not fairseq's adaptive input with narrower tail embeddings, so a tied tail cannot shrink its
+width: its projection P_i is then a square emb_dim x emb_dim one.  Untied, every row is this module's own.
+
+Precision: under bf16-mixed the matrix products run in bf16, as the full softmax's do, and every log-softmax,
+sum and gather in float32 (each part's scores are cast before they are normalised), so the distribution stays
+normalised to float32 rounding and the loss is float32.  (PyTorch's AdaptiveLogSoftmaxWithLoss fails under CPU bf16
+autocast, index_copy_ with mismatched dtypes, pytorch#44724; this module copies no scores into a preallocated
+tensor.)  Measured (docs/benchmarks.md) at 1 thread, [700 x 200] -> 10,000, forward and backward: 25 ms with
+everything in float32, 11 ms with bf16 products, against the full softmax's 114 ms (fp32) and 41 ms (bf16).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmgrid.errors import LmgridError
+
+from .common import INIT_RANGE, OutputHead
+from .config import ModelConfig
+
+HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
+DIV_VALUE = 4  # tail cluster i (from 1) projects to hidden / DIV_VALUE**i dimensions when untied
+
+
+def adaptive_cutoffs(counts, coverage=(HEAD_COVERAGE, TAIL_COVERAGE)) -> list[int]:
+    """Cluster boundaries (ids) from the training counts by id (lmgrid.vocab order); the rule is the module's."""
+    counts = [max(int(c), 0) for c in counts]
+    size, total = len(counts), sum(counts)
+    if size < 2 or total == 0:
+        raise LmgridError(f"output_layer adaptive: a vocabulary of {size} entries with {total} training tokens has "
+                          "no frequencies to cut into clusters")
+    step = max(1, 10 ** (int(math.log10(size)) - 2))
+    cutoffs, running, i = [], 0, 0
+    for share in coverage:
+        while running < share * total:
+            running += counts[i]
+            i += 1
+        cut = min(max(round(i / step) * step, 1), size - 1)
+        if not cutoffs or cut > cutoffs[-1]:
+            cutoffs.append(cut)
+    return cutoffs
+
+
+def _uniform(*shape) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape).uniform_(-INIT_RANGE, INIT_RANGE))
+
+
+class AdaptiveHead(nn.Module):
+    """hidden [.., in_dim] -> exact log-probabilities [.., V] (float32), with dropout before it; `nll` for training."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None):
+        super().__init__()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.bounds = [*cfg.cutoffs, cfg.vocab_size]  # cluster i (0 = head words) is ids [bounds[i-1], bounds[i])
+        head, n_tails = self.bounds[0], len(cfg.cutoffs)
+        if cfg.tie_weights:
+            dim = embedding.weight.shape[1]
+            self.proj = nn.Linear(in_dim, dim, bias=False) if in_dim != dim else nn.Identity()
+            self._tied = (embedding,)  # a tuple: not a submodule, so its weight is not saved twice
+            self.head_words = None
+        else:
+            dim = in_dim
+            self.proj = nn.Identity()
+            self._tied = None
+            self.head_words = _uniform(head, dim)
+        self.head_clusters = _uniform(n_tails, dim)
+        self.head_bias = nn.Parameter(torch.zeros(head + n_tails))
+        self.tail_proj = nn.ModuleList()
+        self.tail_words = nn.ParameterList()
+        self.tail_bias = nn.ParameterList()
+        for i in range(n_tails):
+            width = dim if cfg.tie_weights else max(1, dim // DIV_VALUE ** (i + 1))
+            self.tail_proj.append(nn.Linear(dim, width, bias=False))
+            if not cfg.tie_weights:
+                self.tail_words.append(_uniform(self.bounds[i + 1] - self.bounds[i], width))
+            self.tail_bias.append(nn.Parameter(torch.zeros(self.bounds[i + 1] - self.bounds[i])))
+
+    def _rows(self, cluster: int) -> torch.Tensor:
+        """The output rows of cluster 0 (head words) or tail cluster i >= 1."""
+        if self._tied is not None:
+            lo = self.bounds[cluster - 1] if cluster else 0
+            return self._tied[0].weight[lo:self.bounds[cluster]]
+        return self.head_words if cluster == 0 else self.tail_words[cluster - 1]
+
+    def _head_log_probs(self, x):
+        """log p_head over the head's words and then its clusters, in float32."""
+        return F.log_softmax(F.linear(x, torch.cat([self._rows(0), self.head_clusters]), self.head_bias).float(), -1)
+
+    def _tail_log_probs(self, i: int, x):
+        """log p_i(w | x) over tail cluster i's words (i from 0), in float32."""
+        return F.log_softmax(F.linear(self.tail_proj[i](x), self._rows(i + 1), self.tail_bias[i]).float(), -1)
+
+    def _features(self, hidden: torch.Tensor) -> torch.Tensor:
+        # Flattened positions, one matrix product per part (see OutputHead.forward).
+        return self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1])))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = self._features(hidden)
+        head_lp = self._head_log_probs(x)
+        head = self.bounds[0]
+        parts = [head_lp[:, :head]]
+        for i in range(len(self.tail_proj)):
+            parts.append(head_lp[:, head + i:head + i + 1] + self._tail_log_probs(i, x))
+        out = torch.cat(parts, -1)
+        return out.view(*hidden.shape[:-1], out.shape[-1])
+
+    def nll(self, hidden: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        """Sum of -log p(target | hidden) over the targets != ignore_index: hidden [.., in_dim], target [..]."""
+        x, t = self._features(hidden), target.reshape(-1)
+        keep = t != ignore_index
+        x, t = x[keep], t[keep]
+        head = self.bounds[0]
+        head_target = t.clone()
+        members = []
+        for i in range(len(self.tail_proj)):
+            rows = ((t >= self.bounds[i]) & (t < self.bounds[i + 1])).nonzero().squeeze(1)
+            head_target[rows] = head + i
+            members.append(rows)
+        total = -self._head_log_probs(x).gather(1, head_target[:, None]).sum()
+        # Every tail is called, with no rows when no target falls in it: its parameters are then in the graph with
+        # zero gradients, which DDP (train.devices > 1) requires of every parameter at every step.
+        for i, rows in enumerate(members):
+            total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
+        return total
+
+    def _tail_nll(self, i: int, x, word) -> torch.Tensor:
+        """-sum log p_i(word | x) within tail cluster i (from 0); word counts from the cluster's first id."""
+        return -self._tail_log_probs(i, x).gather(1, word[:, None]).sum()
+
+
+def output_layer(cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None) -> nn.Module:
+    """The output layer cfg.output_layer names: the full softmax's OutputHead (logits) or the adaptive softmax
+    (exact log-probabilities, which serve wherever logits do)."""
+    if cfg.output_layer == "adaptive":
+        return AdaptiveHead(cfg, in_dim, embedding)
+    return OutputHead(cfg, in_dim, embedding)
