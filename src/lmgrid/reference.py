@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
+import numpy as np
 import pandas as pd
 
 from .aggregate.effects import t_interval
@@ -150,8 +151,10 @@ def _num(v, fmt):
 
 def _setting_cell(ours, published) -> str:
     """'ours / published': '-' where ours does not apply, '?' where the source does not say."""
-    def show(v):
-        return {True: "tied", False: "untied"}.get(v, v) if isinstance(v, bool) else v
+    def show(v):  # the frame holds numbers as floats (a column with gaps): 200.0 -> 200
+        if isinstance(v, (bool, np.bool_)):
+            return "tied" if v else "untied"
+        return format(v, "g") if isinstance(v, float) else v
 
     missing = lambda v: v is None or (isinstance(v, float) and math.isnan(v))  # noqa: E731
     if missing(ours) and missing(published):
