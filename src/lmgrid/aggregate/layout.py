@@ -40,6 +40,7 @@ def study_plan(study: dict) -> dict[str, list[str]]:
         plan["ppl_vs_layers"] = list(FIGURE_EXTS)
     if neural:
         plan["curves"] = list(FIGURE_EXTS)
+        plan["valid_curves"] = list(FIGURE_EXTS)  # one line per run (aggregate.run_curves)
     gated_window_steps = {k.n_step for k in keys if k.arch in GATED_ARCHS and k.regime == "window"}
     if gated and len(gated_window_steps) > 1:
         plan["gates_vs_nstep"] = list(FIGURE_EXTS)
@@ -56,6 +57,7 @@ REPORT_KINDS = {
     "ppl_vs_nstep": ("png", "ppl_vs_nstep.rst", "PPL against n_step"),
     "ppl_vs_layers": ("png", "ppl_vs_layers.rst", "PPL against layers"),
     "curves": ("png", "curves.rst", "training curves"),
+    "valid_curves": ("png", "valid_curves.rst", "valid PPL per run and how it stopped"),
     "gates_vs_nstep": ("png", "gates_vs_nstep.rst", "gate means against n_step"),
     "gates_effect": ("html", "gates_effect.rst", "gate trend against n_step"),
     "gate_means": ("html", "gate_means.rst", "gate means per n_step, 95% CI"),
