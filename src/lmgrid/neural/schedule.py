@@ -13,8 +13,8 @@ ReduceLROnPlateau with a stopping count:
 
 What `plateau` guarantees, and no more: the last `patience` + 1 epochs all trained at the run's final learning
 rate, and none of them lowered the best valid NLL so far by more than `min_delta` nats, so over those epochs the
-best valid NLL fell by at most (`patience` + 1) x `min_delta` nats in all (valid PPL by at most that many times
-100 x `min_delta` per cent).  An epoch that gains less than `min_delta` still holds the best weights, so with
+best valid NLL fell by at most (`patience` + 1) x `min_delta` nats in all (valid PPL by a factor of at most
+exp((`patience` + 1) x `min_delta`): 0.2% for one epoch at 0.002 nats).  An epoch that gains less than `min_delta` still holds the best weights, so with
 `min_delta` > 0 the last epoch can be the best one (`best_epoch` == `epochs`); with `min_delta` 0 it never is.
 It says nothing about what a lower rate, or more epochs at this one beyond the window, would still gain.
 The reported model is the best epoch's (the checkpoint of the lowest valid NLL).
