@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lmgrid.aggregate import build, collect, layout, plots, tables
+from lmgrid.aggregate import build, collect, layout, names, plots, run_curves, tables
 from lmgrid.aggregate.fixtures import write_fake_results
 from lmgrid.errors import LmgridError
 from lmgrid.runkey import expand_study
@@ -45,7 +45,8 @@ def test_outputs_are_exactly_the_plan(built):
     assert set(files) == expected
     assert all((root / p).stat().st_size > 0 for p in files)
     plan = layout.study_plan(STUDIES["context"])
-    assert {"table", "ppl_vs_nstep", "curves", "gates_vs_nstep", "gates_effect", "saturation_lstm_torch"} <= set(plan)
+    assert {"table", "ppl_vs_nstep", "curves", "valid_curves", "gates_vs_nstep", "gates_effect",
+            "saturation_lstm_torch"} <= set(plan)
     assert "ppl_vs_layers" in layout.study_plan(STUDIES["depth"])
     assert "gates_vs_nstep" not in layout.study_plan(STUDIES["depth"])
 
@@ -392,3 +393,41 @@ def test_html_tables_are_the_same_from_run_to_run(built):
     summary = tables.summarise(collect.load_study(expand_study(STUDIES["context"]), CORPUS, root)["runs"])
     assert tables.to_html(tables.pivot(summary), "c", "test_ppl") == tables.to_html(tables.pivot(summary), "c", "test_ppl")
     assert 'id="T_test_ppl"' in first and 'id="T_valid_ppl"' in first
+
+
+def test_valid_curves_draw_every_run_and_how_it_stopped(monkeypatch, tmp_path):
+    """valid_curves: one line per neural run holding that run's own valid PPL per epoch (not a mean over seeds), its
+    last epoch marked by its stop reason (circle: plateau, cross: budget).  Kills "lines averaged over seeds" (the
+    mutant run_series below, run as the negative control) and "end marker ignores the stop reason"."""
+    study = {"arch": ["kn", "lstm", "ffnn"], "n_step": [3], "layers": [1], "seed": [1, 2, 3], "regime": ["window"],
+             "impl": ["torch"]}
+    write_fake_results(tmp_path, CORPUS, {"s": study})
+    data = collect.load_study(expand_study(study), CORPUS, tmp_path)
+    runs = data["runs"].assign(stopped_because=["plateau" if s == 2 else "budget" for s in data["runs"]["seed"]])
+    figs = []
+    monkeypatch.setattr(plots, "save", lambda fig, stem, *a, **k: figs.append(fig) or [])
+
+    def drawn():
+        """label -> (y values, end marker) of each run's line, as drawn (each line is followed by its end marker)."""
+        figs.clear()
+        run_curves.valid_curves(data["logs"], runs, str(tmp_path / "valid_curves"))
+        lines = figs[0].axes[0].lines
+        return {a.get_label(): (list(a.get_ydata()), b.get_marker()) for a, b in zip(lines[::2], lines[1::2])}
+
+    def own(model, seed):
+        log = data["logs"][(data["logs"]["model"] == model) & (data["logs"]["seed"] == seed)].sort_values("epoch")
+        return list(log["valid_ppl"])
+
+    want = {f"{names.display(m)}, seed {s}": (own(m, s), "o" if s == 2 else "X") for m in ("ffnn", "lstm")
+            for s in (1, 2, 3)}
+    assert drawn() == want
+
+    real = run_curves.run_series
+
+    def averaged(logs, runs):  # the mutant: each run drawn with its configuration's mean over seeds
+        out = real(logs, runs)
+        return [(c, seed, log.assign(valid_ppl=logs[logs["model"] == c[0]].groupby("epoch")["valid_ppl"].mean()
+                                     .loc[log["epoch"]].to_numpy()), stop) for c, seed, log, stop in out]
+
+    monkeypatch.setattr(run_curves, "run_series", averaged)
+    assert drawn() != want

@@ -205,3 +205,22 @@ def test_a_config_of_ones_own_needs_no_vocab_section(base, schema, repo):
     cfg = check(copy.deepcopy(own), schema, base_dir=repo)
     assert cfg["vocab"] == {"min_count": 1, "max_size": 0}
     assert cfg["train"]["epochs"] >= 1 and cfg["ngram"]["addk_k"] == 1.0
+
+
+def test_one_seeds_setting_sets_every_studys_seeds(base, repo, monkeypatch):
+    """`seeds:` replaces every study's seed list, so seed_table's 3 seeds become one with SET="seeds=[1]" (README);
+    absent, each study keeps its own.  Kills "seeds ignored" (config.apply_seeds a no-op, run below as the negative
+    control: the gates study would keep its 3 seeds)."""
+    from lmgrid import config as config_mod
+
+    monkeypatch.chdir(repo)
+    own = _resolve(base, {})
+    assert own["studies"]["gates"]["seed"] == base["studies"]["gates"]["seed"] and len(own["studies"]["gates"]["seed"]) > 1
+    one = _resolve(base, {"set": "seeds=[1]"})
+    assert {name: study["seed"] for name, study in one["studies"].items()} == {name: [1] for name in one["studies"]}
+    runs = all_runs(one["studies"])
+    assert {k.seed for k in runs if not k.is_ngram} == {1} and len(runs) < len(all_runs(own["studies"]))
+    with pytest.raises(LmgridError, match=r"--config set: seeds: \[\] should be non-empty"):
+        _resolve(base, {"set": "seeds=[]"})
+    monkeypatch.setattr(config_mod, "apply_seeds", lambda config: None)
+    assert _resolve(base, {"set": "seeds=[1]"})["studies"]["gates"]["seed"] == own["studies"]["gates"]["seed"]

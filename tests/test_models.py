@@ -287,6 +287,7 @@ def test_dropout_only_in_training():
     ({"arch": "transformer", "hidden_dim": 30, "heads": 4}, "model.hidden_dim"),
     ({"layers": True}, "model.layers"),
     ({"tie_weights": "yes"}, "model.tie_weights"),
+    ({"init_range": -0.1}, "model.init_range"),
 ])
 def test_bad_config_is_a_one_line_error(changes, key):
     values = {"arch": "lstm", "vocab_size": V, **changes}
@@ -460,3 +461,18 @@ def test_output_layer_is_one_matrix_product_when_validating_in_bf16():
     assert "aten::addmm" in ops and "aten::bmm" not in ops
     assert "aten::bmm" in {e.key for e in unflattened.key_averages()}
     assert logits.shape == (B, T, V)
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gru", "rnn", "ffnn", "transformer"])
+def test_init_range_draws_every_parameter_uniform_in_the_range(arch):
+    """init_range 0.1 (Zaremba et al. 2014): every weight and bias in [-0.1, 0.1] and spread over it, the recurrent
+    blocks no longer orthogonal and no forget-gate bias of 1.  Kills "init_range ignored": the default init, run
+    below as the negative control, has parameters outside the range (the orthogonal blocks' entries, the LSTM's
+    forget bias 1, the Transformer's LayerNorm weights 1)."""
+    model = make(arch, layers=2, init_range=0.1)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert flat.abs().max() <= 0.1 and flat.min() < -0.09 and flat.max() > 0.09
+    assert abs(float(flat.mean())) < 0.01  # centred: uniform, not a one-sided draw
+    default = torch.cat([p.detach().flatten() for p in make(arch, layers=2).parameters()])
+    assert default.abs().max() > 0.1
+    assert torch.equal(flat, torch.cat([p.detach().flatten() for p in make(arch, layers=2, init_range=0.1).parameters()]))

@@ -53,7 +53,9 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
         assert key in metrics, key
     test_sents = load_split(corpus["paths"]["test"])
     assert metrics["test"]["tokens"] == counted_tokens(test_sents)
-    assert metrics["epochs"] == 2 and metrics["stopped_because"] == "max_epochs"
+    assert metrics["epochs"] == 2 and metrics["stopped_because"] == "budget"  # the 2-epoch cap came first
+    assert len(metrics["valid_ppl_history"]) == 2 and metrics["valid_ppl_history"] == pytest.approx(
+        [float(r["valid_ppl"]) for r in csv.DictReader((run_dir / "log.csv").open())], rel=1e-6)
     assert metrics["train_tokens_per_s"] > 0
     rows = list(csv.DictReader((run_dir / "log.csv").open()))
     assert list(rows[0]) == LOG_COLUMNS and [int(r["epoch"]) for r in rows] == [1, 2]
@@ -248,7 +250,7 @@ def test_training_ends_on_a_plateau_after_the_last_decay(tmp_path):
     # 15 training sentences and a wide model: valid NLL soon rises (overfitting).
     metrics, run_dir = train(corpus, tmp_path, epochs=60, hidden_dim=64, emb_dim=64, lr=0.03, lr_decay=0.5,
                              lr_decays=2)
-    assert metrics["stopped_because"] == "lr_schedule_end" and metrics["epochs"] < 60
+    assert metrics["stopped_because"] == "plateau" and metrics["epochs"] < 60
     lrs = metrics["lr_history"]
     assert len(lrs) == metrics["epochs"] and metrics["lr_decays"] == 2
     assert sorted(set(lrs), reverse=True) == pytest.approx([0.03, 0.015, 0.0075]) and lrs == sorted(lrs, reverse=True)

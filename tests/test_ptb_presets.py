@@ -9,14 +9,26 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmgrid.reference import COLUMNS, NOT_RUN
+from lmgrid.config import apply_seeds, load_config
+from lmgrid.models import ModelConfig, build_model
+from lmgrid.neural.hparams import MODEL_KEYS, resolve_hparams
+from lmgrid.neural.schedule import PlateauSchedule
+from lmgrid.neural.train import schedule_settings
+from lmgrid.reference import COLUMNS, NOT_RUN, published_setting
 from lmgrid.runkey import all_runs
 
 from test_workflow import planned_jobs, snakemake
 
-PRESETS = ("seed_table", "course_report", "ptb-paper-medium", "ptb-paper-large")
-SMOKE = {"seed_table": "smoke", "course_report": "smoke", "ptb-paper-medium": "smoke-paper",
+PRESETS = ("seed_table", "course_report", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
+SMOKE = {"seed_table": "smoke", "course_report": "smoke", "zaremba_small": "smoke", "ptb-paper-medium": "smoke-paper",
          "ptb-paper-large": "smoke-paper"}
+
+
+def preset_config(repo, preset: str) -> dict:
+    """The preset file as written, with its `seeds:` (if any) made every study's seed list, as the workflow does."""
+    cfg = yaml.safe_load((repo / "presets" / f"{preset}.yaml").read_text())
+    apply_seeds(cfg)
+    return cfg
 
 
 def _workdir(tmp_path, repo, ptb_dir, monkeypatch):
@@ -30,7 +42,7 @@ def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, mo
     """Kills "config.yaml's studies merged into the preset" (no `replace:`): the default grid's cells would be
     planned too."""
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
-    cfg = yaml.safe_load((repo / "presets" / f"{preset}.yaml").read_text())
+    cfg = preset_config(repo, preset)
     r = snakemake(work, repo, "-n", "--configfile", str(repo / "presets" / f"{preset}.yaml"))
     assert r.returncode == 0, r.stderr[-2000:]
     jobs = planned_jobs(r)
@@ -44,7 +56,7 @@ def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, mo
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
-    cfg = yaml.safe_load((repo / "presets" / f"{preset}.yaml").read_text())
+    cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
     r = snakemake(work, repo, "--configfile", str(repo / "presets" / f"{preset}.yaml"),
                   str(repo / "presets" / f"{SMOKE[preset]}.yaml"), timeout=1800)
@@ -67,3 +79,50 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
                 assert row.ours == NOT_RUN and pd.isna(row.test_ppl_mean)
         for ext in ("md", "tex", "html"):
             assert (corpus / f"reference.{ext}").stat().st_size > 0
+
+
+def zaremba_rates(hp: dict) -> tuple[list[float], str]:
+    """The rate of each epoch and the stop reason the preset's schedule gives a run that keeps improving."""
+    s = PlateauSchedule(**schedule_settings(hp))
+    lr = hp["lr"]
+    for epoch in range(40):
+        lr = s.step(6.0 - 0.1 * epoch, lr)
+        if s.stopped_because:
+            break
+    return s.lr_history, s.stopped_because
+
+
+def test_zaremba_small_resolves_to_their_recipe(repo, monkeypatch):
+    """presets/zaremba_small.yaml validates and resolves to Zaremba et al.'s small LSTM (their main.lua params): 2x200
+    LSTM, embedding 200, no dropout, untied, full softmax, every parameter uniform in +-0.1, bptt 20, batch 20, SGD lr
+    1 and gradient norm 5 on their loss summed over the 20 steps (= lr 20 and clip 0.25 on our per-token mean),
+    epochs 1-5 at the first rate, then halved after every epoch, 13 epochs, ended by the budget; one seed; and its
+    reference row states that very setting.  Kills an off-by-one in the decay (their paper's "after 4 epochs" read as
+    a decay after epoch 4; run below as the negative control)."""
+    monkeypatch.chdir(repo)
+    cfg = load_config([repo / "presets" / "zaremba_small.yaml"])
+    (study,) = cfg["studies"].values()
+    assert (study["arch"], study["layers"], study["regime"], study["seed"]) == (["lstm"], [2], ["stream"], [1])
+    hp = resolve_hparams(cfg["train"], "lstm")
+    bptt = 20
+    assert {k: hp[k] for k in ("hidden_dim", "emb_dim", "dropout", "tie_weights", "init_range", "bptt",
+                               "stream_batch_size", "optimizer", "momentum", "weight_decay", "residual", "epochs",
+                               "precision")} == {
+        "hidden_dim": 200, "emb_dim": 200, "dropout": 0.0, "tie_weights": False, "init_range": 0.1, "bptt": bptt,
+        "stream_batch_size": 20, "optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0, "residual": False,
+        "epochs": 13, "precision": "32-true"}
+    assert hp["lr"] == pytest.approx(1.0 * bptt) and hp["clip"] == pytest.approx(5.0 / bptt)
+    assert hp.get("output_layer", "full") == "full"
+    rates, stop = zaremba_rates(hp)
+    assert rates == pytest.approx([20.0] * 5 + [20.0 / 2 ** k for k in range(1, 9)]) and stop == "budget"
+    model = build_model(ModelConfig(arch="lstm", vocab_size=10_000, layers=2, **{k: hp[k] for k in MODEL_KEYS}))
+    # embedding 10,000 x 200; per layer 4 gates x 200 x (200 + 200) weights and two biases of 4 x 200; 200 -> 10,000
+    assert sum(p.numel() for p in model.parameters()) == 2_000_000 + 2 * (320_000 + 1_600) + 2_010_000
+    (row,) = cfg["reference"]
+    assert row["published_test_ppl"] == 114.5 and row["tolerance"] == 0.03
+    ours = {"hidden_dim": hp["hidden_dim"], "layers": 2, "dropout": hp["dropout"], "tie_weights": hp["tie_weights"],
+            "bptt": bptt, "epochs": len(rates), "output": "full"}
+    assert published_setting(row, 0) == ours
+
+    paper_wording = zaremba_rates({**hp, "lr_decay_from_epoch": 4})[0]
+    assert paper_wording != rates

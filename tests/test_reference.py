@@ -1,50 +1,114 @@
-"""The reference table: published figures beside ours, matched by model class, mean and std over seeds."""
+"""The reference table: published figures beside ours, matched on the published setting, with the 95% t interval
+of our mean and a verdict only where the setting is comparable and the interval lies on one side."""
 from __future__ import annotations
 
 import math
 
 import pandas as pd
 import pytest
+from scipy import stats
 
+from lmgrid import reference as ref_mod
 from lmgrid.errors import LmgridError, write_json
-from lmgrid.reference import COLUMNS, NOT_RUN, reference_table, write
+from lmgrid.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
+
+SMALL = {"hidden_dim": 200, "dropout": 0.0, "tie_weights": False, "bptt": 20}
 
 
-def _metrics(tmp_path, name, arch, layers, seed, test_ppl, regime="stream", n_step=0):
+def _metrics(tmp_path, name, arch, layers, seed, test_ppl, regime="stream", n_step=0, epochs=13, **hp):
     path = tmp_path / f"{name}.json"
     write_json(path, {"name": name, "arch": arch, "impl": "torch", "n_step": n_step, "layers": layers,
                       "regime": regime, "seed": seed, "valid": {"ppl": test_ppl + 5}, "test": {"ppl": test_ppl},
-                      "params": 1000, "epochs": 12, "stopped_because": "lr_schedule_end", "wall_s": 600.0,
-                      "device": "cpu (2 threads)", "precision": "bf16-mixed"})
+                      "params": 1000, "epochs": epochs, "stopped_because": "budget", "wall_s": 600.0,
+                      "device": "cpu (2 threads)", "precision": "bf16-mixed", "hparams": {**SMALL, **hp}})
     return str(path)
 
 
+ZAREMBA = {"hidden_dim": 200, "layers": 2, "dropout": 0.0, "tie_weights": False, "bptt": 20, "epochs": 13,
+           "output_layer": "full"}
 ROWS = [{"model": "LSTM 2x200", "published_test_ppl": 114.5, "source": "Zaremba et al. 2014",
-         "runs": {"arch": "lstm", "layers": 2}},
+         "runs": {"arch": "lstm", "layers": 2}, "setting": ZAREMBA},
         {"model": "LSTM large (GPU)", "published_test_ppl": 78.4, "source": "Zaremba et al. 2014"},
-        {"model": "KN5", "published_test_ppl": 141.2, "source": "Mikolov 2012", "runs": {"arch": "mkn", "n_step": 5}}]
+        {"model": "KN5", "published_test_ppl": 141.2, "source": "Mikolov 2012", "runs": {"arch": "mkn", "n_step": 5},
+         "setting": {"smoothing": "mkn"}},
+        {"model": "LSTM", "published_test_ppl": 78.63, "source": "course slides", "runs": {"arch": "lstm", "layers": 2}}]
+
+
+def _seeds(tmp_path, prefix, values, **hp):
+    return [_metrics(tmp_path, f"{prefix}{s}", "lstm", 2, s, p, **hp) for s, p in enumerate(values, 1)]
 
 
 def test_each_published_row_gets_the_matching_runs_over_seeds(tmp_path):
     """Kills: a match on arch alone (the 1-layer LSTM would join the 2x200 row), std over one seed, a number for a
-    row that was not run."""
-    paths = [_metrics(tmp_path, f"l2s{s}", "lstm", 2, s, p) for s, p in ((1, 110.0), (2, 112.0), (3, 114.0))]
+    row that was not run, an interval for a deterministic n-gram that is not its value."""
+    paths = _seeds(tmp_path, "l2s", [110.0, 112.0, 114.0])
     paths.append(_metrics(tmp_path, "l1", "lstm", 1, 1, 150.0))
     paths.append(_metrics(tmp_path, "kn5", "mkn", 1, 1, 141.19, regime="window", n_step=5))
     table = reference_table(ROWS, paths)
     assert list(table.columns) == COLUMNS
-    lstm, large, kn = (table.iloc[i] for i in range(3))
-    assert lstm["seeds"] == 3 and lstm["test_ppl_mean"] == pytest.approx(112.0)
+    lstm, large, kn, slides = (table.iloc[i] for i in range(4))
+    assert lstm["seeds"] == 3 and lstm["test_ppl_mean"] == pytest.approx(112.0) and lstm["comparable"] == YES
     assert lstm["test_ppl_std"] == pytest.approx(pd.Series([110.0, 112.0, 114.0]).std())
-    assert lstm["difference"] == pytest.approx(112.0 - 114.5) and lstm["epochs"] == "12 12 12"
-    assert large["ours"] == NOT_RUN and math.isnan(large["test_ppl_mean"])
+    half = stats.t.ppf(0.975, 2) * 2.0 / math.sqrt(3)
+    assert (lstm["ci95_low"], lstm["ci95_high"]) == pytest.approx((112.0 - half, 112.0 + half))
+    assert lstm["difference"] == pytest.approx(112.0 - 114.5) and lstm["ours_epochs"] == 13
+    assert lstm["verdict"] == "no difference shown"  # 112 +- 4.97 holds 114.5
+    assert large["ours"] == NOT_RUN and math.isnan(large["test_ppl_mean"]) and pd.isna(large["published_hidden_dim"])
     assert kn["seeds"] == 1 and math.isnan(kn["test_ppl_std"]) and kn["difference"] == pytest.approx(-0.01)
+    assert kn["ci95_low"] == kn["ci95_high"] == pytest.approx(141.19) and kn["comparable"] == YES
+    assert kn["verdict"] == "no difference shown"  # 141.19 is 141.2 at the published precision
+    assert slides["comparable"] == UNKNOWN and slides["verdict"] == "" and slides["seeds"] == 3
     write(ROWS, paths, *(str(tmp_path / f"reference.{e}") for e in ("csv", "md", "tex", "html")))
     md = " ".join((tmp_path / "reference.md").read_text().split())
-    assert "| LSTM 2x200 | 114.5 | Zaremba et al. 2014 | 112.0 ± 2.0 |" in md and NOT_RUN in md
-    assert "table*" in (tmp_path / "reference.tex").read_text()
+    assert "| LSTM 2x200 | 114.5 | Zaremba et al. 2014 | yes | 112.0 ± 2.0 | [107.0, 117.0] |" in md, md
+    assert "| 200 / 200 | 2 / 2 | 0 / 0 | untied / untied | 20 / 20 | 13 / 13 | full / full |" in md
+    assert NOT_RUN in md and "table*" in (tmp_path / "reference.tex").read_text()
 
 
-def test_an_unknown_match_key_is_one_line(tmp_path):
+def test_a_published_row_is_matched_on_its_setting(tmp_path, monkeypatch):
+    """Two LSTM 2x200 groups: Zaremba's setting (no dropout, bptt 20) and ours with dropout 0.2, bptt 35.  The
+    Zaremba row takes the first group only; with only the second it is `no` (shown, no verdict); a setting that
+    leaves out the output layer is `setting unknown`.  Kills "match on arch only" (_same always true: the
+    row would pool both groups), run below as the negative control."""
+    faithful = _seeds(tmp_path, "z", [113.0, 114.0, 115.0])
+    ours = _seeds(tmp_path, "d", [103.0, 104.0, 105.0], dropout=0.2, bptt=35)
+    row = reference_table(ROWS[:1], faithful + ours).iloc[0]
+    assert (row["seeds"], row["test_ppl_mean"], row["comparable"]) == (3, pytest.approx(114.0), YES)
+    alone = reference_table(ROWS[:1], ours).iloc[0]
+    assert (alone["comparable"], alone["verdict"], alone["seeds"]) == (NO, "", 3)
+    assert (alone["ours_dropout"], alone["published_dropout"], alone["ours_bptt"]) == (0.2, 0.0, 35)
+    partial = {**ROWS[0], "setting": {k: v for k, v in ZAREMBA.items() if k != "output_layer"}}
+    assert reference_table([partial], faithful).iloc[0]["comparable"] == UNKNOWN
+
+    monkeypatch.setattr(ref_mod, "_same", lambda m, setting: True)
+    pooled = reference_table(ROWS[:1], faithful + ours).iloc[0]
+    assert pooled["seeds"] == 6 and pooled["test_ppl_mean"] != pytest.approx(114.0)
+
+
+def test_met_and_beats_need_the_interval_on_one_side(tmp_path):
+    """Means below the published 114.5 with a wide interval are "no difference shown"; a tight one below is
+    "beats", above is "behind"; a reproduction's tolerance asks for the interval inside +-3%; one seed gives no
+    interval and no claim.  Kills "compare the mean only" (mean_only below, run as the negative control)."""
+    wide = reference_table(ROWS[:1], _seeds(tmp_path, "w", [100.0, 110.0, 120.0])).iloc[0]
+    assert wide["test_ppl_mean"] < 114.5 and wide["ci95_high"] > 114.5 and wide["verdict"] == "no difference shown"
+    assert reference_table(ROWS[:1], _seeds(tmp_path, "t", [104.0, 104.5, 105.0])).iloc[0]["verdict"] == "beats"
+    assert reference_table(ROWS[:1], _seeds(tmp_path, "a", [120.0, 120.5, 121.0])).iloc[0]["verdict"] == "behind"
+    repro = {**ROWS[0], "tolerance": 0.03}
+    assert reference_table([repro], _seeds(tmp_path, "r", [113.0, 114.0, 115.0])).iloc[0]["verdict"] == "within ±3%"
+    assert reference_table([repro], _seeds(tmp_path, "o", [124.0, 125.0, 126.0])).iloc[0]["verdict"] == "outside ±3%"
+    assert reference_table([repro], _seeds(tmp_path, "u", [105.0, 114.0, 123.0])).iloc[0]["verdict"] == "undecided"
+    one = reference_table([repro], _seeds(tmp_path, "s", [115.0])).iloc[0]
+    assert one["verdict"] == "1 seed: no interval (the value is within ±3%)" and math.isnan(one["ci95_low"])
+    assert reference_table(ROWS[:1], _seeds(tmp_path, "s1", [100.0])).iloc[0]["verdict"] == "1 seed: no interval"
+
+    def mean_only(comparable, low, high, mean, published, tolerance=None):
+        return verdict(comparable, mean, mean, mean, published, tolerance)
+
+    assert mean_only(YES, wide["ci95_low"], wide["ci95_high"], wide["test_ppl_mean"], 114.5) == "beats"
+
+
+def test_bad_reference_keys_are_one_line(tmp_path):
     with pytest.raises(LmgridError, match=r"reference\[0\]\.runs: unknown key 'width'"):
         reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "runs": {"width": 3}}], [])
+    with pytest.raises(LmgridError, match=r"reference\[0\]\.setting: unknown key 'width'"):
+        reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "setting": {"width": 3}}], [])

@@ -386,8 +386,17 @@ def check(config: dict, schema_path: str | Path | None = None, source: Sources |
     schema = load_schema(schema_path)
     check_schema(config, sources=source, schema=schema)
     fill_defaults(config, schema)
+    apply_seeds(config)
     check_semantics(config, source, base_dir)
     return config
+
+
+def apply_seeds(config: dict) -> None:
+    """`seeds:` (when given) becomes every study's seed list, so one setting says how many seeds a preset runs
+    (`SET="seeds=[1]"`: one of each)."""
+    if config.get("seeds"):
+        for study in config["studies"].values():
+            study["seed"] = list(config["seeds"])
 
 
 def workflow_config(config: dict, configfiles=(), cli_config=None, schema_path=None, base_dir=".") -> Sources:

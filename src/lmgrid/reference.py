@@ -1,27 +1,109 @@
-"""The reference table: each published perplexity beside ours, for the same model class.
+"""The reference table: each published perplexity beside ours, matched on the published setting.
 
-A config's `reference:` list (a PTB preset's) names each published figure and which of our runs it is compared
-with (`runs: {arch, impl, n_step, layers, regime}`, any subset).  For each row: our test PPL as mean ± std over the
-matching runs' seeds, their valid PPL, seed count, parameters, epochs, how training ended, training wall time,
-the hardware, and ours minus the published figure.  A row whose setting we did not run (no `runs`, or no run
-matches) says "not run here" and shows no number of ours.
+A config's `reference:` list (a PTB preset's) names each published figure, which of our runs may stand beside it
+(`runs: {arch, impl, n_step, layers, regime}`, any subset) and, as far as the source states it, the published
+`setting`: hidden_dim, layers, dropout, tie_weights, bptt, epochs and output_layer (full, adaptive, class), or for
+an n-gram its smoothing (our n-gram arch names: mkn, kn, katz, addk).  Our setting is read from each run's
+metrics.json (its hparams; `output_layer` is `full` where a run does not record one).
+
+`comparable`:
+* `yes`: the setting states the model's size, dropout, tying and output layer (an n-gram's: its smoothing), and
+  some of our runs equal it on every key it states; the row holds only those runs;
+* `no`: a stated key differs in every one of our runs (the row shows them, for what they are, with no verdict);
+* `setting unknown`: no setting, or one without a key `yes` needs (the course slides state none).
+
+Per row: our test PPL as mean and std over the runs' seeds, the 95% t interval of the mean (df = seeds - 1; an
+n-gram is deterministic, so its interval is its value) and, for a comparable row only, a verdict that needs the
+whole interval on one side.  The published figure is read at its printed precision (141.2 stands for
+[141.15, 141.25]): `beats` (interval below it), `behind` (above), `no difference shown` (overlapping).  A row
+with `tolerance` (a reproduction, e.g. 0.03) asks for the interval inside published x (1 +- tolerance):
+`within +-3%`, `outside +-3%`, `undecided`.  One seed of a neural model gives no interval and no claim.
 """
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
+import numpy as np
 import pandas as pd
 
+from .aggregate.effects import t_interval
 from .errors import LmgridError, atomic_write, read_json
+from .runkey import NGRAM_ARCHS
 
 MATCH_KEYS = ("arch", "impl", "n_step", "layers", "regime")
+SETTING_KEYS = ("hidden_dim", "layers", "dropout", "tie_weights", "bptt", "epochs", "output")
+# A config states the output as output_layer (neural) or smoothing (n-gram); one column holds either.
+CONFIG_SETTING_KEYS = ("hidden_dim", "layers", "dropout", "tie_weights", "bptt", "epochs", "output_layer", "smoothing")
+NEEDED = {"neural": ("hidden_dim", "layers", "dropout", "tie_weights", "output"), "ngram": ("output",)}
 NOT_RUN = "not run here"
-COLUMNS = ["model", "published_test_ppl", "source", "ours", "test_ppl_mean", "test_ppl_std", "valid_ppl_mean",
-           "seeds", "params", "epochs", "stopped_because", "train_wall_s", "hardware", "difference"]
+YES, NO, UNKNOWN = "yes", "no", "setting unknown"
+COLUMNS = ["model", "published_test_ppl", "source", "comparable", "ours", "seeds", "test_ppl_mean", "test_ppl_std",
+           "ci95_low", "ci95_high", "verdict", "difference", "valid_ppl_mean", "params", "stopped_because",
+           "train_wall_s", "hardware", *(f"ours_{k}" for k in SETTING_KEYS), *(f"published_{k}" for k in SETTING_KEYS)]
 
 
 def _matches(metrics: dict, want: dict) -> bool:
     return all(metrics.get(k) == v for k, v in want.items())
+
+
+def published_setting(ref: dict, i: int) -> dict:
+    setting = dict(ref.get("setting") or {})
+    unknown = sorted(set(setting) - set(CONFIG_SETTING_KEYS))
+    if unknown:
+        raise LmgridError(f"reference[{i}].setting: unknown key {unknown[0]!r} (known: {', '.join(CONFIG_SETTING_KEYS)})")
+    if "output_layer" in setting and "smoothing" in setting:
+        raise LmgridError(f"reference[{i}].setting: give output_layer (neural) or smoothing (n-gram), not both")
+    output = setting.pop("output_layer", None) or setting.pop("smoothing", None)
+    return {**setting, **({"output": output} if output else {})}
+
+
+def our_setting(m: dict) -> dict:
+    """A run's values of SETTING_KEYS; None where a key does not apply (an n-gram's width, a window run's bptt)."""
+    if m.get("arch") in NGRAM_ARCHS:
+        return {**dict.fromkeys(SETTING_KEYS), "output": m["arch"]}
+    hp = m.get("hparams") or {}
+    return {"hidden_dim": hp.get("hidden_dim"), "layers": m.get("layers"), "dropout": hp.get("dropout"),
+            "tie_weights": hp.get("tie_weights"), "bptt": hp.get("bptt") if m.get("regime") == "stream" else None,
+            "epochs": m.get("epochs"), "output": hp.get("output_layer", "full")}
+
+
+def _same(m: dict, setting: dict) -> bool:
+    ours = our_setting(m)
+    return all(ours[k] == v for k, v in setting.items())
+
+
+def _half_ulp(published: float) -> float:
+    """Half a unit of the published figure's last printed digit: 141.2 stands for [141.15, 141.25]."""
+    exponent = Decimal(repr(float(published))).normalize().as_tuple().exponent
+    return 0.5 * 10.0 ** min(0, exponent)
+
+
+def verdict(comparable: str, low: float, high: float, mean: float, published: float,
+            tolerance: float | None = None) -> str:
+    """What the interval [low, high] of our mean supports against the published figure (module docstring)."""
+    if comparable != YES:
+        return ""
+    half = _half_ulp(published)
+    if tolerance:
+        band, pct = (published * (1 - tolerance) - half, published * (1 + tolerance) + half), f"±{tolerance * 100:g}%"
+        if math.isnan(low):
+            where = "within" if band[0] <= mean <= band[1] else "outside"
+            return f"1 seed: no interval (the value is {where} {pct})"
+        if band[0] <= low and high <= band[1]:
+            return f"within {pct}"
+        return f"outside {pct}" if high < band[0] or low > band[1] else "undecided"
+    if math.isnan(low):
+        return "1 seed: no interval"
+    if high < published - half:
+        return "beats"
+    return "behind" if low > published + half else "no difference shown"
+
+
+def _values(hits: list[dict], key: str):
+    """Our value of a setting key over the runs: the one value, or the distinct ones joined by blanks."""
+    vals = sorted({our_setting(m)[key] for m in hits} - {None}, key=str)
+    return None if not vals else vals[0] if len(vals) == 1 else " ".join(map(str, vals))
 
 
 def reference_table(rows: list[dict], metrics_paths: list[str]) -> pd.DataFrame:
@@ -32,22 +114,56 @@ def reference_table(rows: list[dict], metrics_paths: list[str]) -> pd.DataFrame:
         unknown = sorted(set(want) - set(MATCH_KEYS))
         if unknown:
             raise LmgridError(f"reference[{i}].runs: unknown key {unknown[0]!r} (known: {', '.join(MATCH_KEYS)})")
-        hits = [m for m in runs if want and _matches(m, want)]
-        row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"]}
-        if not hits:
-            out.append({**row, "ours": NOT_RUN})
+        setting = published_setting(ref, i)
+        candidates = [m for m in runs if want and _matches(m, want)]
+        row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"],
+               **{f"published_{k}": setting.get(k) for k in SETTING_KEYS}}
+        if not candidates:
+            out.append({**row, "ours": NOT_RUN, "comparable": ""})
             continue
-        test = pd.Series([m["test"]["ppl"] for m in hits])
+        same = [m for m in candidates if _same(m, setting)] if setting else []
+        hits = same or candidates  # matched on the setting; without a match, the runs of that class, not comparable
+        kind = "ngram" if all(m["arch"] in NGRAM_ARCHS for m in hits) else "neural"
+        comparable = NO if setting and not same else YES if all(k in setting for k in NEEDED[kind]) else UNKNOWN
+        test = pd.Series([m["test"]["ppl"] for m in hits], dtype=float)
+        mean = test.mean()
+        low, high = (mean, mean) if kind == "ngram" else t_interval(test)
         first = hits[0]
-        out.append({**row, "ours": " ".join(f"{k}={first[k]}" for k in MATCH_KEYS if k in first),
-                    "test_ppl_mean": test.mean(), "test_ppl_std": test.std() if len(hits) > 1 else math.nan,
-                    "valid_ppl_mean": sum(m["valid"]["ppl"] for m in hits) / len(hits), "seeds": len(hits),
-                    "params": first.get("params"), "epochs": " ".join(str(m.get("epochs", "")) for m in hits),
-                    "stopped_because": " ".join(sorted({str(m.get("stopped_because", "")) for m in hits})),
+        out.append({**row, "comparable": comparable,
+                    "ours": " ".join(f"{k}={first[k]}" for k in MATCH_KEYS if k in first),
+                    "seeds": len(hits), "test_ppl_mean": mean, "test_ppl_std": test.std() if len(hits) > 1 else math.nan,
+                    "ci95_low": low, "ci95_high": high,
+                    "verdict": verdict(comparable, low, high, mean, ref["published_test_ppl"], ref.get("tolerance")),
+                    "difference": mean - ref["published_test_ppl"],
+                    "valid_ppl_mean": sum(m["valid"]["ppl"] for m in hits) / len(hits),
+                    "params": first.get("params"),
+                    "stopped_because": " ".join(sorted({str(m["stopped_because"]) for m in hits
+                                                        if m.get("stopped_because")})),
                     "train_wall_s": sum(m.get("wall_s", 0.0) for m in hits) / len(hits),
                     "hardware": ", ".join(str(first[k]) for k in ("device", "precision") if first.get(k)) or "cpu",
-                    "difference": test.mean() - ref["published_test_ppl"]})
+                    **{f"ours_{k}": _values(hits, k) for k in SETTING_KEYS}})
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def _num(v, fmt):
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def _setting_cell(ours, published) -> str:
+    """'ours / published': '-' where ours does not apply, '?' where the source does not say."""
+    def show(v):  # the frame holds numbers as floats (a column with gaps): 200.0 -> 200
+        if isinstance(v, (bool, np.bool_)):
+            return "tied" if v else "untied"
+        return format(v, "g") if isinstance(v, float) else v
+
+    missing = lambda v: v is None or (isinstance(v, float) and math.isnan(v))  # noqa: E731
+    if missing(ours) and missing(published):
+        return ""
+    return f"{'-' if missing(ours) else show(ours)} / {'?' if missing(published) else show(published)}"
+
+
+SETTING_HEADERS = {"hidden_dim": "hidden", "layers": "layers", "dropout": "dropout", "tie_weights": "tied",
+                   "bptt": "bptt", "epochs": "epochs", "output": "output"}
 
 
 def _display(table: pd.DataFrame) -> pd.DataFrame:
@@ -56,21 +172,30 @@ def _display(table: pd.DataFrame) -> pd.DataFrame:
             return NOT_RUN
         return f"{r['test_ppl_mean']:.1f}" + (f" ± {r['test_ppl_std']:.1f}" if not math.isnan(r["test_ppl_std"]) else "")
 
-    def num(v, fmt):
-        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+    def interval(r):
+        return "" if r["ours"] == NOT_RUN or math.isnan(r["ci95_low"]) else f"[{r['ci95_low']:.1f}, {r['ci95_high']:.1f}]"
 
+    rows = list(table.iterrows())
     return pd.DataFrame({
-        "model": table["model"], "published": table["published_test_ppl"].map(lambda v: f"{v:.1f}"),
-        "source": table["source"], "ours (test)": [ours(r) for _, r in table.iterrows()],
-        "valid": table["valid_ppl_mean"].map(lambda v: num(v, ".1f")),
-        "seeds": table["seeds"].map(lambda v: num(v, ".0f")), "params": table["params"].map(lambda v: num(v, ",.0f")),
-        "epochs": table["epochs"].fillna(""), "wall (min)": table["train_wall_s"].map(lambda v: num(v / 60, ".1f")),
-        "hardware": table["hardware"].fillna(""), "difference": table["difference"].map(lambda v: num(v, "+.1f"))})
+        "model": table["model"], "published": table["published_test_ppl"].map(lambda v: f"{v:g}"),
+        "source": table["source"], "comparable": table["comparable"].fillna(""),
+        "ours (test)": [ours(r) for _, r in rows], "95% CI": [interval(r) for _, r in rows],
+        "verdict": table["verdict"].fillna(""), "seeds": table["seeds"].map(lambda v: _num(v, ".0f")),
+        **{h: [_setting_cell(r[f"ours_{k}"], r[f"published_{k}"]) for _, r in rows] for k, h in SETTING_HEADERS.items()},
+        "stop": table["stopped_because"].fillna(""),
+        "valid": table["valid_ppl_mean"].map(lambda v: _num(v, ".1f")),
+        "wall (min)": table["train_wall_s"].map(lambda v: _num(v / 60, ".1f")),
+        "hardware": table["hardware"].fillna(""), "difference": table["difference"].map(lambda v: _num(v, "+.1f"))})
 
 
 CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean ± std over seeds; test split, one "
-           "</s> per sentence counted, <s> never). Difference: ours minus published. Wall time: one training run, "
-           "on the hardware named. Rows marked 'not run here' were not measured by this project.")
+           "</s> per sentence counted, <s> never) with the 95% t interval of our mean (n-grams are deterministic: "
+           "their interval is their value). Setting columns: ours / published ('?': the source does not say; "
+           "'-': does not apply). Comparable: yes only when the published setting states size, dropout, tying and "
+           "output layer (n-grams: smoothing) and ours equals it; a verdict (beats, behind, no difference shown, or "
+           "within a reproduction's tolerance) is given only for comparable rows and needs the whole interval on "
+           "one side of the published figure, read at its printed precision. Difference: ours minus published. "
+           "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here.")
 
 
 def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str, tex_out: str, html_out: str) -> None:
@@ -83,10 +208,12 @@ def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str,
     with atomic_write(md_out) as fh:
         fh.write(f"{CAPTION}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
     caption = CAPTION.replace("<", r"\textless{}").replace(">", r"\textgreater{}")
-    tex = (show.drop(columns=["hardware"]).style.hide(axis="index").format(escape="latex")
+    tex_show = show.drop(columns=["hardware"])
+    tex = (tex_show.style.hide(axis="index").format(escape="latex")
            .format_index(escape="latex", axis=1)
            .to_latex(hrules=True, caption=caption, label="tab:ptb-reference", position="t",
-                     environment="table*", position_float="centering", column_format="lrl" + "r" * 7))
+                     environment="table*", position_float="centering",
+                     column_format="lrlll" + "l" * (tex_show.shape[1] - 5)))
     with atomic_write(tex_out) as fh:
         fh.write(tex.replace("±", r"$\pm$"))
     with atomic_write(html_out) as fh:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LmgridError
 from ..runkey import expand_study
-from . import findings, plots, tables
+from . import findings, plots, run_curves, tables
 from .collect import load_study, read_oracle
 from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
 
@@ -36,6 +36,8 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             written += plots.ppl_vs_layers(summary, oracle_test, stem(s))
         elif s == "curves":
             written += plots.curves(data["logs"], stem(s))
+        elif s == "valid_curves":
+            written += run_curves.valid_curves(data["logs"], data["runs"], stem(s))
         elif s == "gates_vs_nstep":
             _need(data["gates"], "all", name)
             written += plots.gate_means(data["gates"], stem(s))

@@ -38,7 +38,7 @@ GATE_ORDER = "ifogzr"  # LSTM i f o g, then GRU z r
 KEYS = ["model", "layers", "layer", "gate"]
 
 
-def _t_interval(values) -> tuple[float, float]:
+def t_interval(values) -> tuple[float, float]:
     values = np.asarray(values, dtype=float)
     if len(values) < 2:
         return math.nan, math.nan
@@ -58,7 +58,7 @@ def gate_means_by_nstep(gates: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (model, layers, layer, _, gate, n_step), g in df.groupby(
             ["model", "layers", "layer", "gate_rank", "gate", "n_step"], sort=True):
-        lo, hi = _t_interval(g["mean"])
+        lo, hi = t_interval(g["mean"])
         rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate, "n_step": int(n_step),
                      "seeds": int(g["seed"].nunique()), "mean": float(g["mean"].mean()), "ci_low": lo,
                      "ci_high": hi, "values_per_run": int(g["count"].mean())})
@@ -103,7 +103,7 @@ def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
             ups += lo > 0
             downs += hi < 0
         slopes = seed_slopes(g)
-        slope_lo, slope_hi = _t_interval(slopes)
+        slope_lo, slope_hi = t_interval(slopes)
         if ups and downs:
             direction = "non-monotone"
         elif not math.isnan(slope_lo):
@@ -138,7 +138,7 @@ def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFra
             if not seeds:
                 continue
             diff = (pb.loc[seeds] - pa.loc[seeds]).to_numpy(float)
-            lo, hi = _t_interval(diff)
+            lo, hi = t_interval(diff)
             verdict = ("one seed: no claim" if len(seeds) < 2 else
                        f"{b} higher" if lo > 0 else f"{b} lower" if hi < 0 else "no clear difference")
             rows.append({"arch": arch, "n_step": int(n_step), "layers": int(layers), "regime": regime, "impl_a": a,

@@ -50,7 +50,7 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
         m.update({"order": key.n_step, "method": key.arch, "settings": {"discounts": [0.5, 0.8]},
                   "timing": {"score_s": 0.25}})
     else:
-        m.update({"train_tokens_per_s": 5000.0, "train_tokens": 20000, "epochs": epochs, "best_epoch": epochs - 1, "stopped_because": "max_epochs", "wall_s": 1.5,
+        m.update({"train_tokens_per_s": 5000.0, "train_tokens": 20000, "epochs": epochs, "best_epoch": epochs - 1, "stopped_because": "budget", "wall_s": 1.5,
                   "device": "cpu", "torch_version": "fake", "lightning_version": "fake",
                   "hparams": {"lr": 0.001, "hidden": units, "optimizer": "adam"}})
         with atomic_write(run_dir / "log.csv") as fh:

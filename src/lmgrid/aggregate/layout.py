@@ -44,6 +44,7 @@ def study_plan(study: dict) -> dict[str, list[str]]:
         plan["ppl_vs_layers"] = list(FIGURE_EXTS)
     if neural:
         plan["curves"] = list(FIGURE_EXTS)
+        plan["valid_curves"] = list(FIGURE_EXTS)  # one line per run (aggregate.run_curves)
     gated_window_steps = {k.n_step for k in keys if k.arch in GATED_ARCHS and k.regime == "window"}
     if gated and len(gated_window_steps) > 1:
         plan["gates_vs_nstep"] = list(FIGURE_EXTS)
@@ -69,6 +70,7 @@ REPORT_KINDS = {
     "ppl_vs_nstep": ("png", "ppl_vs_nstep.rst", "test PPL against context length"),
     "ppl_vs_layers": ("png", "ppl_vs_layers.rst", "test PPL against layers"),
     "curves": ("png", "curves.rst", "training curves"),
+    "valid_curves": ("png", "valid_curves.rst", "valid PPL per run and how it stopped"),
     "gates_vs_nstep": ("png", "gates_vs_nstep.rst", "gate means against context length"),
     "gates_effect": ("html", "gates_effect.rst", "gate trend against context length"),
     "gate_means": ("html", "gate_means.rst", "gate means per context length, 95% CI"),
@@ -80,7 +82,7 @@ REPORT_KINDS = {
 }
 # The order of a study's items in the report: its main figure first (main_figure), then the table and the findings.
 REPORT_ORDER = ["main", "table", "findings", "ppl_vs_nstep", "ppl_vs_layers", "gates_vs_nstep", "gates_effect",
-                "gate_means", "curves", "saturation", "embeddings", "embeddings_neighbours", "embeddings_map"]
+                "gate_means", "curves", "valid_curves", "saturation", "embeddings", "embeddings_neighbours", "embeddings_map"]
 GATE_KINDS = ("gates_vs_nstep", "gates_effect", "gate_means", "saturation")
 
 

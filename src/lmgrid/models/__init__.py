@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .config import IMPLS, ModelConfig
@@ -29,4 +30,9 @@ __all__ = ["ARCHS", "IMPLS", "ModelConfig", "build_model", "FFNNLM", "RNNLM", "L
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model cfg describes; raises LmgridError (one line naming the key and value) on a bad config."""
     cfg.validate()
-    return ARCHS[cfg.arch](cfg)
+    model = ARCHS[cfg.arch](cfg)
+    if cfg.init_range > 0:
+        with torch.no_grad():
+            for p in model.parameters():  # tied weights are one parameter: drawn once
+                p.uniform_(-cfg.init_range, cfg.init_range)
+    return model

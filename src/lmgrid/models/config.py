@@ -48,6 +48,10 @@ class ModelConfig:
     # (ids, increasing, in (0, vocab_size)), which lmgrid.neural.train sets from the vocabulary's counts.
     output_layer: str = "full"
     cutoffs: list = dataclasses.field(default_factory=list)
+    # > 0: after construction every parameter is drawn uniform in [-init_range, init_range], as in Zaremba et al.
+    # 2014 (0.1 for their small LSTM), replacing the per-part init (init_recurrence: orthogonal recurrent blocks,
+    # forget-gate bias 1).  Drawn in the parameters' order, so the impls of one seed no longer start alike.
+    init_range: float = 0.0
     # Hand-written cells (lstm cell/concat, gru cell): torch.compile their per-step function. Off by default because
     # `python -m lmgrid.bench cells` measured it slower than eager on the 2-core CPU (2x200, batch 20: the per-call
     # overhead of a compiled function outweighs the fused gate kernel at these sizes) and it adds ~10-30 s of
@@ -94,6 +98,8 @@ class ModelConfig:
         check_int("context_len", 0)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise bad("dropout", "is not allowed (must be a number in [0, 1))")
+        if isinstance(self.init_range, bool) or not isinstance(self.init_range, (int, float)) or self.init_range < 0:
+            raise bad("init_range", "is not allowed (must be a number >= 0)")
         if self.activation not in ACTIVATIONS:
             raise bad("activation", f"is not a known activation (one of: {', '.join(ACTIVATIONS)})")
         for key in ("tie_weights", "direct", "residual", "compile"):

@@ -5,21 +5,24 @@ Network Language Modeling Toolkit"; Mikolov 2012, PhD thesis, ch. 3), in the for
 ReduceLROnPlateau with a stopping count:
 
 * after each epoch, the epoch *improves* when valid NLL is below the best so far by more than `min_delta` nats;
-* `patience` + 1 epochs in a row that do not improve are a *plateau*;
-* on a plateau the learning rate is multiplied by `lr_decay`, up to `max_decays` times; the plateau that comes
-  after the last decay ends the run (`lr_schedule_end`), and so does a decay that would take the rate below
-  `min_lr` (`min_lr`);
-* `epochs` is a safety cap only: a run that reaches it (`max_epochs`) did not converge by the rule, and says so.
+* `patience` + 1 epochs in a row at one learning rate that do not improve are a *plateau*;
+* on a plateau the learning rate is multiplied by `lr_decay`, up to `max_decays` times; a plateau at the last
+  rate (the decays are spent, or the next one would take the rate below `min_lr`) ends the run: `plateau`;
+* `max_epochs` (config `epochs`) is the budget: a run that reaches it before such a plateau ends with `budget`,
+  whether or not its last epochs still improved.  Only `plateau` means converged by this rule.
 
-A run therefore ends only after its valid NLL has stopped improving at its smallest learning rate: the last
-epoch never improves, and the reported model is the best epoch's (the checkpoint of the lowest valid NLL).
+What `plateau` guarantees, and no more: the last `patience` + 1 epochs all trained at the run's final learning
+rate, and none of them lowered the best valid NLL so far by more than `min_delta` nats, so over those epochs the
+best valid NLL fell by at most (`patience` + 1) x `min_delta` nats in all (valid PPL by a factor of at most
+exp((`patience` + 1) x `min_delta`): 0.2% for one epoch at 0.002 nats).  An epoch that gains less than `min_delta` still holds the best weights, so with
+`min_delta` > 0 the last epoch can be the best one (`best_epoch` == `epochs`); with `min_delta` 0 it never is.
+It says nothing about what a lower rate, or more epochs at this one beyond the window, would still gain.
+The reported model is the best epoch's (the checkpoint of the lowest valid NLL).
 With `max_decays: 0` the rule is plain early stopping with `patience`.
 
 `decay_from` (> 0) adds the fixed decay of Zaremba et al. 2014 ("after epoch 4 the learning rate is halved
-every epoch"): from epoch `decay_from` on, every epoch ends with a decay, improving or not, until the
-`max_decays` are spent; after that the plateau rule above ends the run, so even then the last epoch is one
-that did not improve on the best by more than `min_delta`.  It spends a fixed CPU budget on annealing rather
-than waiting for plateaus at the higher rates.
+every epoch"; their code decays after epochs 5, 6, ...): from epoch `decay_from` on, every epoch ends with a
+decay, improving or not, until the `max_decays` are spent; then the plateau rule above decides, at the last rate.
 
 Torch-free and stateful only through `state_dict`, so the schedule travels in the checkpoint and a resumed run
 decides exactly as an uninterrupted one.
@@ -31,9 +34,8 @@ from dataclasses import asdict, dataclass, field
 
 # stopped_because values of metrics.json, and what ended the run
 STOP_REASONS = {
-    "lr_schedule_end": "valid NLL plateaued after the last learning-rate decay",
-    "min_lr": "a further decay would take the learning rate below min_lr",
-    "max_epochs": "the epoch cap was reached before the schedule ended (not converged by the rule)",
+    "plateau": "converged by the rule: patience+1 epochs at the last learning rate without a gain above min_delta",
+    "budget": "the epoch cap (train.epochs) came first; not converged by the rule (it may still have been improving)",
 }
 
 
@@ -45,6 +47,7 @@ class PlateauSchedule:
     min_delta: float = 0.0
     min_lr: float = 0.0
     decay_from: int = 0
+    max_epochs: int = 0  # the budget; 0: no cap known here (the caller stops the run)
     best: float = math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
@@ -56,9 +59,17 @@ class PlateauSchedule:
     def step(self, valid_nll: float, lr: float) -> float:
         """Record one epoch (its valid NLL, the rate it trained with); return the rate for the next epoch.
         Sets `stopped_because` when the run should end here."""
+        new_lr = self._decide(valid_nll, lr)
+        if not self.stopped_because and 0 < self.max_epochs <= self.epochs:
+            self.stopped_because = "budget"
+        return new_lr
+
+    def _decide(self, valid_nll: float, lr: float) -> float:
         self.epochs += 1
         self.lr_history.append(lr)
-        fixed_decay = 0 < self.decay_from <= self.epochs and self.decays < self.max_decays
+        # Is there a rate below this one? Not when the decays are spent, there is no decay, or it is below min_lr.
+        can_decay = self.decays < self.max_decays and self.lr_decay < 1 and lr * self.lr_decay >= self.min_lr
+        fixed_decay = 0 < self.decay_from <= self.epochs and can_decay
         if valid_nll < self.best - self.min_delta:
             self.best, self.best_epoch, self.bad_epochs = valid_nll, self.epochs, 0
             if not fixed_decay:
@@ -69,16 +80,12 @@ class PlateauSchedule:
             self.bad_epochs += 1
             if self.bad_epochs <= self.patience and not fixed_decay:
                 return lr
-        self.bad_epochs = 0
-        if self.decays >= self.max_decays or self.lr_decay >= 1:
-            self.stopped_because = "lr_schedule_end"
+        if not can_decay:  # a plateau at the last rate this schedule allows
+            self.stopped_because = "plateau"
             return lr
-        new_lr = lr * self.lr_decay
-        if new_lr < self.min_lr:
-            self.stopped_because = "min_lr"
-            return lr
+        self.bad_epochs = 0  # a new rate starts a new count, so a plateau is always at one rate
         self.decays += 1
-        return new_lr
+        return lr * self.lr_decay
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -70,7 +70,7 @@ def schedule_settings(hp: dict) -> dict:
     """The plateau schedule's settings (lmgrid.neural.schedule) from the training settings."""
     return {"lr_decay": hp["lr_decay"], "max_decays": hp["lr_decays"], "patience": hp["plateau_patience"],
             "min_delta": hp["plateau_min_delta"], "min_lr": hp["min_lr"],
-            "decay_from": hp["lr_decay_from_epoch"]}
+            "decay_from": hp["lr_decay_from_epoch"], "max_epochs": hp["epochs"]}
 
 
 def _fingerprint(run: dict, hp: dict, paths: dict[str, str], placement: dict) -> str:
@@ -281,10 +281,12 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         "train_tokens": n_train,
         "epochs": len(rows),
         "best_epoch": best_row["epoch"] if best_row else 0,
-        # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS) and the rate each epoch trained with.
-        "stopped_because": module.schedule.stopped_because or "max_epochs",
+        # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS: plateau = converged by the rule, budget =
+        # the epoch cap came first), the rate each epoch trained with and the valid PPL after each epoch.
+        "stopped_because": module.schedule.stopped_because or "budget",
         "lr_decays": module.schedule.decays,
         "lr_history": [r["lr"] for r in rows],
+        "valid_ppl_history": [r["valid_ppl"] for r in rows],
         "wall_s": 0.0,
         "device": _device_name(device, devices),
         "precision": precision,
