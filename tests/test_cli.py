@@ -13,7 +13,7 @@ import lmgrid
 from lmgrid import cli
 
 RULE_COMMANDS = {"warm-server", "synth", "verify", "corpus", "vocab", "oracle", "summary", "reference",
-                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync"}
+                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -46,11 +46,11 @@ def grouped_as_expected(text: str) -> bool:
     user = groups.get("commands you run", [])
     rules = next((v for k, v in groups.items() if k.startswith("commands the workflow's rules run")), [])
     return (list(groups).index("commands you run") < len(groups) - 1 if user else False) and \
-        set(user) == set(cli.USER_COMMANDS) == {"status", "plan", "score", "generate"} and set(rules) == RULE_COMMANDS
+        set(user) == set(cli.USER_COMMANDS) == {"status", "plan", "score", "generate", "embed"} and set(rules) == RULE_COMMANDS
 
 
 def test_help_lists_the_user_commands_apart_from_the_rules_ones(monkeypatch):
-    """`lmgrid --help` lists status, plan, score and generate under "commands you run", before every command a rule
+    """`lmgrid --help` lists status, plan, score, generate and embed under "commands you run", before every command a rule
     runs (warm-server, ngram-counts, mlflow-sync, ...), each with its help.  Negative controls, the mutations they
     kill: argparse's one ungrouped listing (no grouping step); an internal command (warm-server) among the user's."""
     status, out, _ = run(["--help"])

@@ -69,14 +69,14 @@ def register(sub) -> None:
 
     s = sub.add_parser("embeddings", help="every neural cell's word vectors and the baselines against the "
                                           "benchmarks; each study's embeddings table, neighbours and map")
-    s.add_argument("--corpus", required=True)
+    s.add_argument("--corpus", required=True, help="the corpus name: results/<corpus>/ holds its runs")
     s.add_argument("--studies", required=True, help="JSON object: study name -> grid (the config's studies)")
     s.add_argument("--train", required=True, help="the training split (the PPMI-SVD baseline counts it)")
-    s.add_argument("--vocab", required=True)
+    s.add_argument("--vocab", required=True, help="the corpus vocabulary (vocab.json)")
     # The workflow passes the config's embeddings section (defaults: the schema's).
     s.add_argument("--window", type=int, required=True, help="PPMI: words each side of a word that count as context")
     s.add_argument("--probes", required=True, help="JSON list of probe words ([]: chosen from the vocabulary)")
     s.add_argument("--n-probes", type=int, required=True, help="how many probe words are chosen")
     s.add_argument("--neighbours", type=int, required=True, help="nearest words listed per probe")
-    s.add_argument("--root", default=".")
+    s.add_argument("--root", default=".", help="the folder results/ is in (default: here)")
     s.set_defaults(func=cmd_embeddings)
