@@ -200,7 +200,8 @@ def _report_labels(studies: dict) -> dict[str, list[str]]:
         return path
 
     layout.snakemake_outputs(studies, report)
-    return {name: sorted(labels) for name, labels in items.items()}
+    # sorted as the report sorts them (places zero-padded to one width), then read without the padding
+    return {name: [re.sub(r"^0+(?=\d)", "", label) for label in sorted(labels)] for name, labels in items.items()}
 
 
 def test_report_lists_the_main_figure_first_and_each_gate_figure_once(monkeypatch):

@@ -39,25 +39,25 @@ def valid_curves(logs: pd.DataFrame, runs: pd.DataFrame, stem: str) -> list[str]
     cmap = plt.get_cmap("tab10")
     colours = {c: plots.MODEL_COLOURS.get(c[0], cmap(i % 10)) if one_per_model else cmap(i % 10)
                for i, c in enumerate(configs)}
-    with plt.rc_context(plots.STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, (ax,) = plots.figure(plots.FULL_IN, 3.0)
+    with plt.rc_context(plots.PAPER_STYLE):
         ends = set()
         for config, seed, log, stop in series:
             row = dict(zip(CONFIG_KEYS, config))
             label = f"{plots._series_label(row, varying)}, seed {seed}"
             ax.plot(log["epoch"], log["valid_ppl"], ls=SEED_STYLES[seeds.index(seed) % len(SEED_STYLES)],
-                    color=colours[config], lw=1.3, label=label)
+                    color=colours[config], label=label)
             marker = END_MARKERS.get(stop, OTHER_END)
             ends.add(marker)
             if len(log):
-                ax.plot(log["epoch"].iloc[-1], log["valid_ppl"].iloc[-1], marker=marker[0], ms=7, ls="none",
-                        color=colours[config], markeredgecolor="black", markeredgewidth=0.6)
+                ax.plot(log["epoch"].iloc[-1], log["valid_ppl"].iloc[-1], marker=marker[0], ms=5, ls="none",
+                        color=colours[config], markeredgecolor="black", markeredgewidth=0.5)
         plots._log_if_wide(ax, list(logs["valid_ppl"]))
-        ax.set_xlabel("Epoch")
-        ax.set_ylabel("Valid perplexity (PPL)")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("valid perplexity (PPL)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         handles = ax.get_legend_handles_labels()[0] + [
             Line2D([], [], marker=m, ls="none", color="grey", markeredgecolor="black", label=what)
             for m, what in sorted(ends, key=lambda e: e[1])]
-        plots._legend(ax, len(handles), outside=True, handles=handles)
-        return plots.save(fig, stem)
+        plots._figure_legend(fig, handles, below=False)
+    return plots.save(fig, stem)
