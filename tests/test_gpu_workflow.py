@@ -42,7 +42,8 @@ def dry_run(workdir: Path, snakefile: Path, *args: str, inject: str | None = Non
         (workdir / "inject").mkdir(exist_ok=True)
         (workdir / "inject" / "sitecustomize.py").write_text(inject)
         paths.insert(0, str(workdir / "inject"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    # LMGRID_VERBOSE=1: Snakemake's job blocks (resources, shell command), not the rules' one-line messages
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "LMGRID_VERBOSE": "1"}
     where = ["--workflow-profile", str(profile), "--jobs", "10"] if profile else ["--cores", "2"]
     cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(snakefile), "-d", str(workdir),
            "--configfile", "config.yaml", "-n", "-p", *where, *args]

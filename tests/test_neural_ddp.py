@@ -131,7 +131,7 @@ def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
     config["studies"] = {"s": {"arch": ["kn", "ffnn", "lstm"], "n_step": [3]}}
     config["train"].update(devices=2, accelerator="gpu", threads=1)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "LMGRID_VERBOSE": "1"}  # job blocks, not messages
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "4"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:] + out.stdout[-2000:]

@@ -14,8 +14,17 @@ CONFIG = {**TINY, "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [
                     "log_every": 0}}
 
 
+# Snakemake's job blocks with their reasons (profiles/default hides both: VERBOSE=1 in the Makefile brings them back)
+VERBOSE = ("--quiet", "host")
+
+
+@pytest.fixture(autouse=True)
+def verbose(monkeypatch):
+    monkeypatch.setenv("LMGRID_VERBOSE", "1")
+
+
 def planned(workdir: Path, repo: Path, *config: str) -> tuple[dict[str, int], str]:
-    r = snakemake(workdir, repo, "-n", "--config", *config)
+    r = snakemake(workdir, repo, "-n", *VERBOSE, "--config", *config)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     return planned_jobs(r), r.stdout + r.stderr
 
@@ -73,7 +82,7 @@ def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(repo / "src"),
                                                             os.environ.get("PYTHONPATH", "")])}
         cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(finished),
-               "--cores", "2", "-n"]
+               "--cores", "2", "-n", *VERBOSE]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         return planned_jobs(r), r.stdout + r.stderr

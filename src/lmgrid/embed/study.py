@@ -16,16 +16,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..aggregate.plots import STYLE, save  # noqa: E402
+from ..aggregate.plots import COLUMN_IN, PAPER_STYLE, figure, save  # noqa: E402
 from ..aggregate.tables import html_page  # noqa: E402
 from ..errors import atomic_write  # noqa: E402
 from .evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map
 MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label
-# A label's box in fractions of the axes (7-pt text on a 3.4-inch figure): characters wide, one line high.
+# A label's box in fractions of the axes (7-pt text on a 3.3-inch figure): characters wide, one line high.
 CHAR_W, LINE_H = 0.022, 0.05
-COLUMN_IN = 3.4  # single-column width of a paper, inches
 
 
 def _rho(row, bench: str) -> str:
@@ -126,8 +125,8 @@ def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
 
     words = [w for w in words_by_count if w in kv.key_to_index][:MAP_WORDS]
     points = PCA(n_components=2, random_state=0).fit_transform(kv[words])
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(COLUMN_IN, COLUMN_IN))
+    fig, (ax,) = figure(COLUMN_IN, COLUMN_IN)
+    with plt.rc_context(PAPER_STYLE):
         ax.scatter(points[:, 0], points[:, 1], s=4, color="#4c72b0", alpha=0.5, linewidths=0)
         for i in labelled(points, words):
             ax.annotate(words[i], points[i], fontsize=7, xytext=(2, 2), textcoords="offset points")
@@ -135,4 +134,4 @@ def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
         ax.set_ylabel("principal component 2")
         # A panel label, not a title: which vectors these are (the caption says how they were chosen).
         ax.text(0.01, 0.99, caption, transform=ax.transAxes, fontsize=7, va="top")
-        return save(fig, str(stem))
+    return save(fig, str(stem))
