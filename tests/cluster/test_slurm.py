@@ -74,8 +74,11 @@ class Run:
         self.workdir = workdir
         self.log = workdir / "snakemake.out"
         with open(self.log, "w") as out:
+            # LMGRID_VERBOSE=1: Snakemake's job blocks (rule, jobid) that the checks below read, not the rules'
+            # one-line messages
             self.proc = subprocess.Popen(_snakemake_cmd(workdir, profile, targets, *extra), cwd=workdir,
-                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, "LMGRID_VERBOSE": "1"})
         self.rc: int | None = None
 
     def wait(self) -> "Run":

@@ -19,7 +19,7 @@ STUDIES_JSON = shlex.quote(json.dumps(config["studies"], sort_keys=True))
 # The config's studies as a file, which the aggregation reads: a changed study rewrites it (its param changed), and
 # the aggregation reruns; the report's entries, which list the aggregation job's params, show no wall of JSON.
 rule study_grids:
-    localrule: True
+    localrule: local("study_grids")
     output:
         "results/{corpus}/studies.json",
     params:
