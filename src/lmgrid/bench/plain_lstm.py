@@ -85,9 +85,9 @@ def main(argv=None) -> int:
     if a.bf16:
         from lmgrid.neural.precision import native_cpu_bf16  # only here: the plain script's start-up stays lmgrid-free
 
-    if a.bf16 and not native_cpu_bf16():
-        # The plain script runs nn.LSTM itself under autocast, which needs oneDNN's bf16 LSTM primitive.
-        p.error("--bf16: this CPU has no native bf16 (avx512_bf16 or amx_bf16): nn.LSTM cannot run in bf16 here")
+        if not native_cpu_bf16():
+            # The plain script runs nn.LSTM itself under autocast, which needs oneDNN's bf16 LSTM primitive.
+            p.error("--bf16: this CPU has no native bf16 (avx512_bf16 or amx_bf16): nn.LSTM cannot run in bf16 here")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     # The vocabulary is the whole training file's (PTB: 10,000 words with <unk>), as lmgrid's vocab stage makes it.
