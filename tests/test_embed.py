@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lmgrid import cli
 from lmgrid.embed import evaluate, export, ppmi
@@ -72,6 +73,43 @@ def test_word2vec_round_trip_equals_the_embedding_matrix(tmp_path, monkeypatch, 
     with monkeypatch.context() as m:
         m.setattr(export, "keyed_vectors", lambda words, matrix: real(words, np.round(matrix, 4)))
         assert not _round_trip_equal(run_dir, tmp_path / "rounded")
+
+
+def _output_vectors_give_the_heads_logits(head, x) -> bool:
+    """Each word's exported output vector, dotted with the features, gives the head's logit for it within its
+    cluster (up to the cluster's bias)."""
+    vectors = head.word_vectors()
+    feats = head.proj(x)
+    for cluster in range(len(head.bounds)):
+        lo = head.bounds[cluster - 1] if cluster else 0
+        rows = head._rows(cluster)
+        want = feats @ rows.T if cluster == 0 else head.tail_proj[cluster - 1](feats) @ rows.T
+        if not torch.allclose(feats @ vectors[lo:head.bounds[cluster]].T, want, atol=1e-5):
+            return False
+    return True
+
+
+def test_untied_adaptive_output_vectors_are_the_words_logit_directions(tmp_path, monkeypatch):
+    """An untied adaptive softmax has no [V, d] output matrix; `lmgrid embed` exports, per word, the vector whose dot
+    product with the features is the word's logit in its cluster (head rows; P_i^T r_w in tail i).
+    kills: the tail rows exported without their projection (zero-padded to the head's width)."""
+    from lmgrid.models.adaptive import AdaptiveHead
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="lstm", vocab_size=16, layers=1, emb_dim=8, hidden_dim=8, n_step=2, max_len=20,
+                      context_len=10, output_layer="adaptive", cutoffs=[6, 11])
+    head = build_model(cfg).head
+    assert isinstance(head, AdaptiveHead) and head.word_vectors().shape == (16, 8)
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        assert _output_vectors_give_the_heads_logits(head, x)
+        def unprojected(self):  # the tail rows zero-padded to the head's width: the projection left out
+            dim = self._rows(0).shape[1]
+            return torch.cat([self._rows(0), *(F.pad(self._rows(i + 1), (0, dim - self._rows(i + 1).shape[1]))
+                                               for i in range(len(self.tail_proj)))])
+
+        monkeypatch.setattr(AdaptiveHead, "word_vectors", unprojected)
+        assert not _output_vectors_give_the_heads_logits(head, x)
 
 
 # ---- the benchmark scores and their intervals ------------------------------------------------------------------

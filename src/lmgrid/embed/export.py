@@ -46,11 +46,14 @@ def load_neural(run_dir):
 
 
 def word_matrices(lm) -> dict[str, np.ndarray]:
-    """'input': the token embedding [V, d]; 'output': the output layer's weights [V, d'], only when untied."""
+    """'input': the token embedding [V, d]; 'output': the output layer's weights [V, d'], only when untied (for the
+    adaptive softmax, each word's vector in its feature space: AdaptiveHead.word_vectors)."""
     model = lm.model
     out = {"input": model.embedding.weight.detach().float().numpy()}
     if not model.cfg.tie_weights:
-        out["output"] = model.head.decoder.weight.detach().float().numpy()
+        head = model.head
+        weights = head.word_vectors() if hasattr(head, "word_vectors") else head.decoder.weight
+        out["output"] = weights.detach().float().numpy()
     return out
 
 

@@ -109,6 +109,15 @@ class AdaptiveHead(nn.Module):
             return self._tied[0].weight[lo:self.bounds[cluster]]
         return self.head_words if cluster == 0 else self.tail_words[cluster - 1]
 
+    def word_vectors(self) -> torch.Tensor:
+        """One output vector per word [V, dim], in the space of the features x (after `proj`): word w of tail
+        cluster i has within-cluster logit x . (P_i^T r_w), so its vector is P_i^T r_w; a head word's is its row.
+        What an untied adaptive layer has in place of the full softmax's output matrix (lmgrid embed)."""
+        parts = [self._rows(0)]
+        for i, proj in enumerate(self.tail_proj):
+            parts.append(self._rows(i + 1) @ proj.weight)  # [n_i, width] @ [width, dim]
+        return torch.cat(parts)
+
     def _head_log_probs(self, x):
         """log p_head over the head's words and then its clusters, in float32."""
         return F.log_softmax(F.linear(x, torch.cat([self._rows(0), self.head_clusters]), self.head_bias).float(), -1)
