@@ -26,6 +26,12 @@ def cmd_combine(a) -> None:
     print(f"{a.name}: valid PPL {m.valid_ppl:.3f}, test PPL {m.test_ppl:.3f}; weights {weights}", flush=True)
 
 
+def cmd_combinations(a) -> None:
+    from .table import summary
+
+    summary(a.results, a.csv, a.md, a.html)
+
+
 def _component(text: str) -> tuple[str, str]:
     import argparse
 
@@ -53,4 +59,8 @@ def register(sub) -> None:
     s.add_argument("--out-dir", required=True, help="output folder: result.json, table.{csv,md,html}")
     s.set_defaults(func=cmd_combine)
 
-
+    s = sub.add_parser("combinations", help="every combination's result in one table (CSV, Markdown, HTML)")
+    s.add_argument("--results", nargs="*", default=[], help="the combinations' result.json files")
+    for ext in ("csv", "md", "html"):
+        s.add_argument(f"--{ext}", required=True, help=f"output: the table as {ext.upper()}")
+    s.set_defaults(func=cmd_combinations)

@@ -28,10 +28,18 @@ def components(name: str, spec: dict, runs: list[RunKey]) -> list[tuple[RunKey, 
     return out
 
 
-def resolve(config: dict) -> dict[str, list[tuple[RunKey, str]]]:
-    """{combination: [(cell, mode), ...]} of config['combine'] over the cells of config['studies']."""
+def resolve(config: dict) -> tuple[dict[str, list[tuple[RunKey, str]]], list[str]]:
+    """({combination: [(cell, mode), ...]}, notes) of config['combine'] over the cells of config['studies'].  A
+    combination with a component that matches no cell is left out, with a note saying which: the studies decide
+    which cells exist (`SET="studies={...}"` replaces them), and a combination follows them."""
     runs = all_runs(config["studies"])
-    return {name: components(name, spec, runs) for name, spec in (config.get("combine") or {}).items()}
+    out, notes = {}, []
+    for name, spec in (config.get("combine") or {}).items():
+        try:
+            out[name] = components(name, spec, runs)
+        except LmgridError as e:
+            notes.append(f"combination {name} left out: {e}")
+    return out, notes
 
 
 def score_dir(corpus: str, key: RunKey, mode: str) -> str:

@@ -43,3 +43,33 @@ def write(out_dir: str | Path, name: str, m: Mixture, components: list[dict], de
     # Last: result.json is what the later stages read, so it exists only beside a complete table.
     write_json(out_dir / RESULT, {"name": name, "method": "linear", "description": description,
                                   "components": components, **m.to_dict()})
+
+
+SUMMARY_CAPTION = ("Combinations: linear interpolation of cells' per-token probabilities, weights fitted by EM on valid "
+                   "and applied once to test. Best component: the lowest test PPL among the combination's components.")
+
+
+def summary(result_paths: list[str], csv_out: str, md_out: str, html_out: str) -> pd.DataFrame:
+    """Every combination in one table: its components with their weights, valid and test PPL, the best component."""
+    from lmgrid.aggregate.tables import html_page
+    from lmgrid.errors import read_json
+
+    rows = []
+    for p in result_paths:
+        r = read_json(p)
+        rows.append({"combination": r["name"], "components": len(r["labels"]),
+                     "weights": "; ".join(f"{label} {w:.3f}" for label, w in zip(r["labels"], r["weights"])),
+                     "valid_ppl": r["valid_ppl"], "test_ppl": r["test_ppl"],
+                     "best_component_test_ppl": min(r["component_test_ppl"]), "em_iterations": r["iterations"]})
+    table = pd.DataFrame(rows, columns=["combination", "components", "weights", "valid_ppl", "test_ppl",
+                                        "best_component_test_ppl", "em_iterations"])
+    with atomic_write(csv_out) as fh:
+        table.to_csv(fh, index=False, float_format="%.6f")
+    show = table.copy()
+    for col in ("valid_ppl", "test_ppl", "best_component_test_ppl"):
+        show[col] = show[col].map(lambda v: f"{v:.2f}")
+    with atomic_write(md_out) as fh:
+        fh.write(f"{SUMMARY_CAPTION}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
+    with atomic_write(html_out) as fh:
+        fh.write(html_page("Combinations", [f"<p>{SUMMARY_CAPTION}</p>", show.style.hide(axis="index").to_html()]))
+    return table
