@@ -208,7 +208,7 @@ def test_mixture_valid_ppl_is_never_above_the_best_component(monkeypatch):
                    for m in (combine(["a", "b", "c"], v, t) for v, t in cases()))
 
     assert worst_excess() <= 1e-9
-    monkeypatch.setattr(mixture, "em_step", lambda w, lp: np.full(len(w), 1.0 / len(w)))
+    monkeypatch.setattr(mixture, "fit_weights", lambda v, tol=0: (np.full(len(v), 1.0 / len(v)), 0))
     assert worst_excess() > 0.1
 
 
@@ -245,3 +245,51 @@ def test_weights_fitted_on_test_are_caught(monkeypatch):
     monkeypatch.setattr(mixture, "FIT_SPLIT", "test")  # the check removed: the leak goes through
     leaked = combine(["a", "b"], valid, test)
     assert leaked.weights[1] > 0.9 and leaked.test_ppl < honest.test_ppl
+
+
+def test_cli_scores_combines_and_fills_the_reference_row(tmp_path, monkeypatch, capsys):
+    """`lmgrid token-scores` for an n-gram and a neural cell, `lmgrid combine`, `lmgrid combinations` and a
+    reference row naming the combination: the row holds the mixture's test PPL, not a component's.  Negative
+    control: a component scored on another corpus stops `lmgrid combine` with one line naming both files."""
+    from lmgrid.cli import main
+    from lmgrid.reference import reference_table
+
+    monkeypatch.chdir(tmp_path)
+    corpus = tiny_corpus(tmp_path, train=600)
+    vocab = Vocab.load(corpus["vocab_path"])
+    count_to_npz(corpus["paths"]["train"], vocab, 3, tmp_path / "counts.npz")
+    kn = normalise("kn", "ngram", 3, 1, "window", 0)
+    kn_dir = tmp_path / kn.run_dir("c")
+    train_run(counts_path=tmp_path / "counts.npz", vocab_path=corpus["vocab_path"],
+              valid_path=corpus["paths"]["valid"], test_path=corpus["paths"]["test"], arch="kn", order=3,
+              arpa_path=kn_dir / "model.arpa", metrics_path=kn_dir / "metrics.json", write_arpa="true")
+    _, rnn_dir = train(corpus, tmp_path, arch="rnn", regime="stream", epochs=2)
+    p = corpus["paths"]
+    for d in (kn_dir, rnn_dir):
+        assert main(["token-scores", "--run-dir", str(d), "--valid", p["valid"], "--test", p["test"],
+                     "--vocab", corpus["vocab_path"], "--out-dir", str(d) + "-scores"]) in (0, None)
+    out = tmp_path / "combine" / "mix"
+    assert main(["combine", "--name", "mix", "--component", f"kn={kn_dir}-scores", "--component",
+                 f"rnn={rnn_dir}-scores", "--out-dir", str(out)]) in (0, None)
+    result = cells.read_json(out / "result.json")
+    assert sorted(result["labels"]) == ["kn", "rnn"] and sum(result["weights"]) == pytest.approx(1.0)
+    assert result["valid_ppl"] <= min(result["component_valid_ppl"]) + 1e-9
+    assert main(["combinations", "--results", str(out / "result.json"), "--csv", "all.csv", "--md", "all.md",
+                 "--html", "all.html"]) in (0, None)
+    assert "mix" in (tmp_path / "all.md").read_text()
+    table = reference_table([{"model": "KN + RNN", "published_test_ppl": 105.7, "source": "s", "combine": "mix"},
+                             {"model": "other", "published_test_ppl": 1.0, "source": "s", "combine": "absent"}],
+                            [str(kn_dir / "metrics.json"), str(rnn_dir / "metrics.json")], [str(out / "result.json")])
+    assert table["test_ppl_mean"][0] == result["test_ppl"] and table["ours"][1] == "not run here"
+    # negative control: a component of another corpus
+    other = tiny_corpus(tmp_path / "o", seed=5)
+    _, other_dir = train(other, tmp_path / "o", arch="rnn", regime="stream", epochs=1)
+    q = other["paths"]
+    main(["token-scores", "--run-dir", str(other_dir), "--valid", q["valid"], "--test", q["test"],
+          "--vocab", other["vocab_path"], "--out-dir", str(other_dir) + "-scores"])
+    capsys.readouterr()
+    assert main(["combine", "--name", "bad", "--component", f"kn={kn_dir}-scores", "--component",
+                 f"o={other_dir}-scores", "--out-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{other_dir}-scores/valid.npy" in err and f"{kn_dir}-scores" in err
+    assert not (tmp_path / "bad").exists()

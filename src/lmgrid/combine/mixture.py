@@ -54,6 +54,7 @@ def fit_weights(valid: list[Scores], tol: float = TOL_NATS, max_iter: int = MAX_
     lp = stack(valid)
     w = np.full(len(valid), 1.0 / len(valid))
     ll = float(np.mean(mixture_logprob(np.log(w), lp)))
+    it = 0
     for it in range(1, max_iter + 1):
         w = em_step(w, lp)
         w = w / w.sum()  # against drift of the sum in floating point
@@ -61,8 +62,15 @@ def fit_weights(valid: list[Scores], tol: float = TOL_NATS, max_iter: int = MAX_
             new = float(np.mean(mixture_logprob(np.log(w), lp)))
         gain, ll = new - ll, new
         if gain < tol:
-            return w, it
-    return w, max_iter
+            break
+    # Near a vertex (one component alone is best) EM approaches it slowly and stops just short; the vertex itself
+    # is then taken, so the mixture is never worse on valid than its best component.
+    alone = lp.mean(axis=1)
+    best = int(np.argmax(alone))
+    if alone[best] >= ll:
+        w = np.zeros(len(valid))
+        w[best] = 1.0
+    return w, it
 
 
 @dataclass
