@@ -31,6 +31,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/embed.smk"
+include: "workflow/rules/combine.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -61,5 +62,8 @@ rule all:
         expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",
         embedding_outputs(CORPUS),
+        combine_outputs(CORPUS),
+        expand("results/{corpus}/combine/combinations.{ext}", corpus=CORPUS, ext=["csv", "md", "html"])
+        if COMBINE else [],
         expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])
         if config["reference"] else [],

@@ -13,7 +13,8 @@ import lmgrid
 from lmgrid import cli
 
 RULE_COMMANDS = {"warm-server", "synth", "verify", "corpus", "vocab", "oracle", "summary", "reference",
-                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings"}
+                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings", "token-scores", "combine",
+                 "combinations"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:

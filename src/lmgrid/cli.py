@@ -131,7 +131,7 @@ def cmd_reference(a) -> None:
 
     from .reference import write
 
-    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html)
+    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations)
 
 
 def cmd_score(a) -> None:
@@ -151,7 +151,7 @@ def cmd_generate(a) -> None:
 
 # Subcommands contributed by the model families and the aggregation stage: each module
 # has `register(subparsers)`.
-PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.aggregate.cli", "lmgrid.embed.cli")
+PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.aggregate.cli", "lmgrid.embed.cli", "lmgrid.combine.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("reference", help="published perplexities beside ours (config `reference:`)")
     s.add_argument("--rows", required=True, help="the config's reference list, as JSON")
     s.add_argument("--metrics", nargs="*", default=[], help="the metrics.json of the runs the rows name")
+    s.add_argument("--combinations", nargs="*", default=[], help="result.json of the combinations rows name (combine:)")
     for ext in ("csv", "md", "tex", "html"):
         s.add_argument(f"--{ext}", required=True, help=f"output: the table as {ext.upper()}")
     s.set_defaults(func=cmd_reference)

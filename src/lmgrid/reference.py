@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -106,10 +107,42 @@ def _values(hits: list[dict], key: str):
     return None if not vals else vals[0] if len(vals) == 1 else " ".join(map(str, vals))
 
 
-def reference_table(rows: list[dict], metrics_paths: list[str]) -> pd.DataFrame:
+def _combination_row(row: dict, ref: dict, setting: dict, result: dict | None, by_dir: dict) -> dict:
+    """A `combine:` row: the combination's test PPL (one fitted mixture: no interval), our setting that of its
+    neural components, comparable as a run row is, on those components."""
+    if result is None:
+        return {**row, "ours": NOT_RUN, "comparable": ""}
+    comps = [by_dir[c["run_dir"]] for c in result["components"] if c["run_dir"] in by_dir]
+    neural = [m for m in comps if m["arch"] not in NGRAM_ARCHS] or comps
+    same = [m for m in neural if _same(m, setting)] if setting else []
+    comparable = NO if setting and not same else YES if all(k in setting for k in NEEDED["neural"]) else UNKNOWN
+    first = neural[0] if neural else {}
+    test = result["test_ppl"]
+    return {**row, "comparable": comparable, "ours": f"combination {result['name']} ({len(result['labels'])} models)",
+            "seeds": 1, "test_ppl_mean": test, "test_ppl_std": math.nan, "ci95_low": math.nan, "ci95_high": math.nan,
+            "verdict": verdict(comparable, math.nan, math.nan, test, ref["published_test_ppl"], ref.get("tolerance")),
+            "difference": test - ref["published_test_ppl"], "valid_ppl_mean": result["valid_ppl"],
+            "params": sum(m.get("params") or 0 for m in comps),
+            "stopped_because": " ".join(sorted({str(m["stopped_because"]) for m in comps if m.get("stopped_because")})),
+            "train_wall_s": sum(m.get("wall_s", 0.0) for m in comps),
+            "hardware": ", ".join(str(first[k]) for k in ("device", "precision") if first.get(k)) or "cpu",
+            **{f"ours_{k}": _values(neural, k) for k in SETTING_KEYS}}
+
+
+def reference_table(rows: list[dict], metrics_paths: list[str], combination_paths: list[str] = ()) -> pd.DataFrame:
     runs = [read_json(p) for p in metrics_paths]
+    by_dir = {str(Path(p).parent): m for p, m in zip(metrics_paths, runs)}
+    combos = {r["name"]: r for r in (read_json(p) for p in combination_paths)}
     out = []
     for i, ref in enumerate(rows):
+        if ref.get("combine") is not None:
+            if ref.get("runs"):
+                raise LmgridError(f"reference[{i}]: give runs or combine, not both")
+            setting = published_setting(ref, i)
+            row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"],
+                   **{f"published_{k}": setting.get(k) for k in SETTING_KEYS}}
+            out.append(_combination_row(row, ref, setting, combos.get(ref["combine"]), by_dir))
+            continue
         want = ref.get("runs") or {}
         unknown = sorted(set(want) - set(MATCH_KEYS))
         if unknown:
@@ -195,13 +228,16 @@ CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â
            "output layer (n-grams: smoothing) and ours equals it; a verdict (beats, behind, no difference shown, or "
            "within a reproduction's tolerance) is given only for comparable rows and needs the whole interval on "
            "one side of the published figure, read at its printed precision. Difference: ours minus published. "
-           "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here.")
+           "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here. "
+           "A combination row (lmgrid.combine) holds one mixture, fitted on valid: no interval; its setting columns "
+           "are its neural components', its wall time their training's sum.")
 
 
-def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str, tex_out: str, html_out: str) -> None:
+def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str, tex_out: str, html_out: str,
+          combination_paths: list[str] = ()) -> None:
     from .aggregate.tables import html_page
 
-    table = reference_table(rows, metrics_paths)
+    table = reference_table(rows, metrics_paths, combination_paths)
     with atomic_write(csv_out) as fh:
         table.to_csv(fh, index=False, float_format="%.4f")
     show = _display(table)

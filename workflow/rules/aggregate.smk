@@ -63,6 +63,7 @@ rule mlflow_sync:
         stats="results/{corpus}/corpus/corpus_stats.json",
         vocab="results/{corpus}/vocab.json",
         vocab_report="results/{corpus}/vocab_report.json",
+        combinations=lambda w: [f"results/{w.corpus}/combine/{c}/result.json" for c in COMBINE],  # combine.smk
     output:
         "results/{corpus}/mlflow_sync.json",
     params:
@@ -82,4 +83,4 @@ rule mlflow_sync:
     shell:
         "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
         "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --data-settings {params.data_settings} "
-        "{params.register} --out {output} > {log} 2>&1"
+        "{params.register} --combinations {input.combinations} --out {output} > {log} 2>&1"

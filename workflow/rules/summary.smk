@@ -30,6 +30,9 @@ rule reference:
     localrule: local("summary")
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        # combine.smk: the combinations the rows name (a row naming one left out of the config reads "not run here")
+        combinations=lambda w: list(dict.fromkeys(f"results/{w.corpus}/combine/{r['combine']}/result.json"
+                                                  for r in config["reference"] if r.get("combine") in COMBINE)),
     output:
         csv="results/{corpus}/reference.csv",
         md="results/{corpus}/reference.md",
@@ -44,5 +47,5 @@ rule reference:
     message:
         brief("{wildcards.corpus}: published figures beside ours -> {output.md}")
     shell:
-        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --csv {output.csv} --md {output.md} "
+        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --combinations {input.combinations} --csv {output.csv} --md {output.md} "
         "--tex {output.tex} --html {output.html} > {log} 2>&1"

@@ -39,7 +39,7 @@ def cmd_sync(a) -> None:
     except json.JSONDecodeError as e:
         raise LmgridError(f"--data-settings: not valid JSON ({e})") from None
     result = sync(a.tracking_uri, a.corpus, _studies(a.studies), a.root, a.experiment_prefix, data_settings,
-                  a.register_models)
+                  a.register_models, a.combinations)
     print(f"mlflow: experiment {result['experiment']!r} at {a.tracking_uri}: {result['created']} created, "
           f"{result['replaced']} replaced, {result['unchanged']} unchanged", file=sys.stderr)
     if a.out:
@@ -63,4 +63,5 @@ def register(sub) -> None:
     s.add_argument("--out", help="write a JSON record of the sync (counts and run ids) here")
     s.add_argument("--data-settings", default="{}", help="JSON: the config's corpus and vocab sections (run params)")
     s.add_argument("--register-models", action="store_true", help="also register each run's model (a version)")
+    s.add_argument("--combinations", nargs="*", default=[], help="the combinations' result.json files (a run each)")
     s.set_defaults(func=cmd_sync)

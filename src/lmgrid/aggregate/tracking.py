@@ -428,13 +428,42 @@ class Syncer:
         return rid
 
 
+    def sync_combination(self, path: Path) -> str:
+        """One run per combination (lmgrid.combine): components and their weights as params, the mixture's and
+        each component's valid and test PPL as metrics, its table as artifacts."""
+        result = read_json(path)
+        files = sorted(p for p in path.parent.iterdir() if p.is_file() and not p.name.startswith("."))
+        digest = _sha(files)
+        name = result["name"]
+        run, fresh = self._start(f"combination:{name}", digest, f"combination: {name}", {TAG_KIND: "combination"})
+        if not fresh:
+            return run.info.run_id
+        rid = run.info.run_id
+        params = {"method": result["method"], "components": str(len(result["labels"]))}
+        final = {"valid_ppl": result["valid_ppl"], "test_ppl": result["test_ppl"],
+                 "em_iterations": float(result["iterations"])}
+        for i, (label, w, v, t) in enumerate(zip(result["labels"], result["weights"], result["component_valid_ppl"],
+                                                 result["component_test_ppl"])):
+            params[f"component_{i}"] = label
+            params[f"weight_{i}"] = f"{w:.6g}"
+            final[f"component_{i}_valid_ppl"], final[f"component_{i}_test_ppl"] = v, t
+        _log_all(self.client, rid, params, {}, final, [], int(time.time() * 1000))
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "combination").mkdir()
+            for p in files:
+                shutil.copyfile(p, Path(tmp) / "combination" / p.name)
+            self.client.log_artifacts(rid, tmp)
+        self._finish(rid, digest)
+        return rid
+
+
 def registered_name(experiment: str, key: RunKey) -> str:
     """The registered-model name of a grid cell (mlflow.register_models): experiment and run key."""
     return f"{experiment}.{key.arch}.{key.impl}.n{key.n_step}.l{key.layers}.{key.regime}.s{key.seed}"
 
 
 def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "",
-         data_settings: dict | None = None, register_models: bool = False) -> dict:
+         data_settings: dict | None = None, register_models: bool = False, combinations: list = ()) -> dict:
     """Sync every run of every study, then one run per study; returns counts and run ids.  `data_settings`: the
     config's corpus and vocab sections, logged as params with the dataset inputs."""
     root = Path(root)
@@ -454,5 +483,6 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
     for name, study in studies.items():
         study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
         study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, test_ppl)
+    combination_ids = {read_json(root / p)["name"]: syncer.sync_combination(root / p) for p in combinations}
     return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
-            **syncer.counts, "cells": len(cell_ids), "studies": study_ids}
+            **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}

@@ -159,6 +159,25 @@ class AdaptiveHead(nn.Module):
             total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
         return total
 
+    def token_nll(self, hidden: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+        """-log p(target | hidden) per position, shaped as target, 0 where target == ignore_index: the terms whose
+        sum `nll` returns (computed apart, so that `nll`'s own arithmetic stays what training used)."""
+        x, t = self._features(hidden), target.reshape(-1)
+        keep = t != ignore_index
+        out = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
+        x, tk = x[keep], t[keep]
+        head = self.bounds[0]
+        head_target = tk.clone()
+        per = torch.zeros(tk.shape, dtype=torch.float32, device=t.device)
+        for i in range(len(self.tail_proj)):
+            rows = ((tk >= self.bounds[i]) & (tk < self.bounds[i + 1])).nonzero().squeeze(1)
+            head_target[rows] = head + i
+            if len(rows):
+                per[rows] -= self._tail_log_probs(i, x[rows]).gather(1, (tk[rows] - self.bounds[i])[:, None])[:, 0]
+        per -= self._head_log_probs(x).gather(1, head_target[:, None])[:, 0]
+        out[keep] = per
+        return out.view(target.shape)
+
     def _tail_nll(self, i: int, x, word) -> torch.Tensor:
         """-sum log p_i(word | x) within tail cluster i (from 0); word counts from the cluster's first id."""
         return -self._tail_log_probs(i, x).gather(1, word[:, None]).sum()

@@ -1,0 +1,108 @@
+# Per-token scores of the cells the combinations use, and the combinations (lmgrid.combine; docs/contracts.md,
+# "Score files").  token_scores is a rule of its own, after training: it re-runs a cell's evaluation pass from its
+# model file (the train and ngram rules are unchanged, so no cell retrains for it).  A combination's inputs are
+# its components' score files: a changed component reruns only the combinations that use it.
+from lmgrid.combine.cells import MODES as SCORE_MODES
+from lmgrid.combine.scorefile import SCORE_DIR, SPLITS as SCORE_SPLITS
+from lmgrid.combine.select import label as combine_label
+from lmgrid.combine.select import resolve as resolve_combine
+from lmgrid.combine.select import score_dir
+
+COMBINE, _combine_notes = resolve_combine(config)
+for _note in _combine_notes:
+    print(f"lmgrid: {_note}", file=sys.stderr)
+COMBINE_DIR = "results/{corpus}/combine/{combo}"
+COMBINE_FILES = ("result.json", "table.csv", "table.md", "table.html")
+
+
+def combine_outputs(corpus):
+    return [f"{COMBINE_DIR}/{f}".format(corpus=corpus, combo=c) for c in COMBINE for f in COMBINE_FILES]
+
+
+def _model_file(w):
+    name = "model.arpa" if w.arch in NGRAM_ARCHS else "model.ckpt"
+    return f"{RunKey.from_wildcards(w).run_dir(w.corpus)}/{name}"
+
+
+rule token_scores:
+    input:
+        metrics=f"{RUN_DIR}/metrics.json",
+        model=_model_file,
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+        vocab="results/{corpus}/vocab.json",
+    output:
+        **{f"{s}_{e}": f"{SCORE_DIR}/{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")},
+    wildcard_constraints:
+        mode="|".join(SCORE_MODES),
+    params:
+        run_dir=RUN_DIR,
+        out_dir=SCORE_DIR,
+    # The job sets the thread count the run was evaluated with (metrics.json's device), whatever it is given.
+    threads: train_threads
+    resources:
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+    log:
+        beside_runs("logs/token_scores", "_{mode}.log"),
+    conda:
+        ENV
+    message:
+        brief("{wildcards.corpus}: per-token scores of {wildcards.arch} n{wildcards.n_step} l{wildcards.layers} "
+              "{wildcards.regime} s{wildcards.seed} ({wildcards.mode})")
+    shell:
+        "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
+        "--vocab {input.vocab} --mode {wildcards.mode} --out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
+
+
+def _combine_inputs(w):
+    return [f"{score_dir(w.corpus, key, mode)}/{s}.{e}" for key, mode in COMBINE[w.combo]
+            for s in SCORE_SPLITS for e in ("npy", "json")]
+
+
+def _combine_args(w):
+    return " ".join("--component " + shlex.quote(f"{combine_label(key, mode)}={score_dir(w.corpus, key, mode)}")
+                    for key, mode in COMBINE[w.combo])
+
+
+rule combine:
+    localrule: local("combine")
+    input:
+        _combine_inputs,
+    output:
+        **{f.replace(".", "_"): f"{COMBINE_DIR}/{f}" for f in COMBINE_FILES},
+    wildcard_constraints:
+        combo=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    params:
+        components=_combine_args,
+        description=lambda w: shlex.quote(config["combine"][w.combo].get("description", "")),
+        out_dir=COMBINE_DIR,
+    log:
+        "results/{corpus}/logs/combine_{combo}.log",
+    conda:
+        ENV
+    message:
+        brief("{wildcards.corpus}: combination {wildcards.combo} (linear, EM on valid)")
+    shell:
+        "lmgrid combine --name {wildcards.combo} {params.components} --description {params.description} "
+        "--out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
+
+
+# Every combination in one table, for the report (category Combinations).
+rule combinations:
+    localrule: local("combine")
+    input:
+        lambda w: [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c in COMBINE],
+    output:
+        csv="results/{corpus}/combine/combinations.csv",
+        md="results/{corpus}/combine/combinations.md",
+        html=report("results/{corpus}/combine/combinations.html", caption="../report/combinations.rst",
+                    category="Combinations"),
+    log:
+        "results/{corpus}/logs/combinations.log",
+    conda:
+        ENV
+    message:
+        brief("{wildcards.corpus}: every combination -> {output.md}")
+    shell:
+        "lmgrid combinations --results {input} --csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
