@@ -72,7 +72,10 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
         assert list(ref.columns) == COLUMNS and len(ref) == len(cfg["reference"])
         for row, want in zip(ref.itertuples(), cfg["reference"]):
             assert row.model == want["model"] and row.published_test_ppl == want["published_test_ppl"]
-            if want.get("runs"):
+            if want.get("combine"):  # a combination of the preset's cells (lmgrid.combine)
+                assert row.ours != NOT_RUN and row.test_ppl_mean > 1
+                assert row.difference == pytest.approx(row.test_ppl_mean - row.published_test_ppl)
+            elif want.get("runs"):
                 assert row.ours != NOT_RUN and row.test_ppl_mean > 1 and row.seeds >= 1
                 assert row.difference == pytest.approx(row.test_ppl_mean - row.published_test_ppl)
             else:
