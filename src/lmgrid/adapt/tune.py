@@ -1,0 +1,79 @@
+"""Choose an adaptation's settings on valid from a small grid, then score test once with them.
+
+The grids (each point is a full pass over valid; the test split is read exactly once, after the choice):
+
+* cache: window {100, 500, 2000} x theta {0.1, 0.3, 1.0} x lam {0.05, 0.1, 0.2}.  Grave et al. (2017) use windows
+  of 100 to 2000 on PTB and Merity's AWD-LSTM code window 500, theta 1.0, lambda 0.1; theta scales dot products of
+  hidden states whose size depends on the model, so it spans a decade.  Cheap: one model pass over valid gives
+  every hidden state, and each (window, theta) is then one matrix product per chunk; lam costs nothing.
+* dynamic: lr {0.1, 0.3, 1.0, 3.0} x segment {10, 20}.  Each point is a forward and backward pass over valid with
+  one SGD step per segment, so the grid stays small; the gradient is clipped to the run's own clip.  A stream
+  transformer has one segment, its context_len.
+
+Ties go to the first grid point in the order above (the smaller window, theta, lam, lr, segment).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+from lmgrid.errors import LmgridError
+
+from .cache import cache_logprobs, cache_mix
+from .dynamic import dynamic_logprobs
+from .stream import perplexity_of, stream_segment, stream_states
+
+CACHE_GRID = {"window": (100, 500, 2000), "theta": (0.1, 0.3, 1.0), "lam": (0.05, 0.1, 0.2)}
+DYNAMIC_GRID = {"lr": (0.1, 0.3, 1.0, 3.0), "segment": (10, 20)}
+METHODS = ("cache", "dynamic")
+
+
+def grid_points(grid: dict) -> list[dict]:
+    for key, values in grid.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise LmgridError(f"adapt grid: {key} needs a non-empty list of values, got {values!r}")
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def choose_on_valid(valid_ppl_of, points: list[dict]) -> tuple[dict, list[dict]]:
+    """The point with the lowest valid PPL (the first on a tie) and every point's row {**point, valid_ppl}."""
+    rows = [{**p, "valid_ppl": valid_ppl_of(p)} for p in points]
+    best = min(range(len(rows)), key=lambda i: rows[i]["valid_ppl"])
+    return dict(points[best]), rows
+
+
+def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, bptt: int = 35,
+          clip: float = 0.25) -> dict:
+    """Tune `method` (cache | dynamic) on the valid stream, then score the test stream once with the choice.
+
+    Returns {method, settings, valid_ppl, test_ppl, base_valid_ppl, base_test_ppl, grid (rows with valid_ppl),
+    tune_s, test_s}; base PPLs are the model's own single-stream ones (stream.stream_states)."""
+    if method not in METHODS:
+        raise LmgridError(f"adapt: method {method!r} is not one of {', '.join(METHODS)}")
+    t0 = time.time()
+    segment = stream_segment(model, None, bptt)
+    hidden, base_logp, targets = stream_states(model, valid_ids, segment=segment)
+    if method == "cache":
+        grid = grid or CACHE_GRID
+        points = grid_points(grid)
+        settings, rows = choose_on_valid(
+            lambda p: perplexity_of(cache_mix(hidden, base_logp, targets, **p)), points)
+        run_test = lambda ids: cache_logprobs(model, ids, segment=segment, **settings)  # noqa: E731
+    else:
+        grid = dict(grid or DYNAMIC_GRID)
+        if model.cfg.arch == "transformer":
+            grid["segment"] = (segment,)
+        points = grid_points(grid)
+        settings, rows = choose_on_valid(
+            lambda p: perplexity_of(dynamic_logprobs(model, valid_ids, clip=clip, bptt=bptt, **p)), points)
+        run_test = lambda ids: dynamic_logprobs(model, ids, clip=clip, bptt=bptt, **settings)  # noqa: E731
+    tune_s = time.time() - t0
+    t1 = time.time()
+    test_logp = run_test(test_ids)  # the one pass over test, with the settings valid chose
+    test_s = time.time() - t1
+    _, base_test_logp, _ = stream_states(model, test_ids, segment=segment)
+    best_row = next(r for r in rows if all(r[k] == v for k, v in settings.items()))
+    return {"method": method, "settings": settings, "valid_ppl": best_row["valid_ppl"],
+            "test_ppl": perplexity_of(test_logp), "base_valid_ppl": perplexity_of(base_logp),
+            "base_test_ppl": perplexity_of(base_test_logp), "grid": rows,
+            "tune_s": round(tune_s, 3), "test_s": round(test_s, 3), "test_log_probs": test_logp}
