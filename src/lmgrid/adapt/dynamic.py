@@ -10,7 +10,8 @@ s_i have been fitted to s_1 .. s_{i-1} only.  The model is adapted in a deep cop
 change), in eval mode (no dropout, as when scoring), in float32; the gradient's global norm is clipped to the run's
 `clip`, as training clips it (Lightning's gradient_clip_algorithm="norm").  Krause et al.'s decay back to the
 trained weights and their RMS-normalised update are not implemented (plain SGD, their baseline form).
-With lr = 0 every step leaves the weights as they are, so the scores are the base model's bit for bit.
+With lr = 0 every step leaves the weights as they are, so the scores are the base model's (to float32 rounding:
+a forward that records gradients may take another kernel, as nn.LSTM's does).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The grids (each point is a full pass over valid; the test split is read exactly 
   of 100 to 2000 on PTB and Merity's AWD-LSTM code window 500, theta 1.0, lambda 0.1; theta scales dot products of
   hidden states whose size depends on the model, so it spans a decade.  Cheap: one model pass over valid gives
   every hidden state, and each (window, theta) is then one matrix product per chunk; lam costs nothing.
-* dynamic: lr {0.1, 0.3, 1.0, 3.0} x segment {10, 20}.  Each point is a forward and backward pass over valid with
+* dynamic: lr {1, 3, 10} x segment {10, 20}.  Each point is a forward and backward pass over valid with
   one SGD step per segment, so the grid stays small; the gradient is clipped to the run's own clip.  A stream
   transformer has one segment, its context_len.
 
@@ -24,7 +24,7 @@ from .dynamic import dynamic_logprobs
 from .stream import perplexity_of, stream_segment, stream_states
 
 CACHE_GRID = {"window": (100, 500, 2000), "theta": (0.1, 0.3, 1.0), "lam": (0.05, 0.1, 0.2)}
-DYNAMIC_GRID = {"lr": (0.1, 0.3, 1.0, 3.0), "segment": (10, 20)}
+DYNAMIC_GRID = {"lr": (1.0, 3.0, 10.0), "segment": (10, 20)}
 METHODS = ("cache", "dynamic")
 
 
