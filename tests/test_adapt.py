@@ -235,3 +235,61 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
     calls.clear()
     swapped = tune.adapt(model, test, valid, method, grid=grid, bptt=BPTT)  # mutation: tuned on test
     assert not tuned_on_valid(swapped)
+
+
+def _run_folder(tmp_path, regime: str = "stream"):
+    """A run folder holding a tiny untrained LSTM's model.ckpt, and valid/test split files."""
+    from lmgrid.neural.train import save_model
+    from lmgrid.vocab import SPECIALS, Vocab
+
+    words = [f"w{i}" for i in range(4, V)]
+    vocab = Vocab([*SPECIALS, *words], {w: 1 for w in words})
+    model_config = dict(arch="lstm", vocab_size=V, emb_dim=16, hidden_dim=16)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**model_config))
+    run = tmp_path / "run"
+    run.mkdir()
+    save_model(run / "model.ckpt", model, model_config, vocab, {"regime": regime, "n_step": 0},
+               {"bptt": BPTT, "clip": 0.25})
+    for split, seed in (("valid", 8), ("test", 9)):
+        (tmp_path / f"{split}.txt").write_text("".join(" ".join(words[i - 4] for i in s) + "\n"
+                                                       for s in sentences(20, seed)))
+    return run, model, sentences(20, 9)
+
+
+def test_cli_writes_the_tuned_result(tmp_path, monkeypatch, capsys):
+    """`lmgrid adapt` on a run folder: the JSON's base test PPL is lmgrid's one-row evaluate of the test file and
+    the saved test log-probs give its adapted test PPL; a window-regime run is refused in one line.  Mutation
+    killed: the split's stream read without its leading </s> (its first word no longer counted)."""
+    from lmgrid import cli
+    from lmgrid.adapt import cli as adapt_cli
+
+    run, model, test_ids = _run_folder(tmp_path)
+    nll, n = evaluate_one_row(model, test_ids)
+
+    def result() -> dict:
+        args = ["adapt", "--run", str(run), "--valid", str(tmp_path / "valid.txt"), "--test",
+                str(tmp_path / "test.txt"), "--method", "cache", "--grid", '{"window": [10], "theta": [1], "lam": '
+                '[0.1, 0.2]}', "--out", str(tmp_path / "out.json"), "--log-probs", str(tmp_path / "test.npy")]
+        assert cli.main(args) == 0
+        return json.loads((tmp_path / "out.json").read_text())
+
+    def right(out: dict) -> bool:
+        logp = np.load(tmp_path / "test.npy")
+        return (math.isclose(out["base_test_ppl"], math.exp(nll / n), rel_tol=1e-6) and len(logp) == n
+                and math.isclose(out["test_ppl"], perplexity_of(logp), rel_tol=1e-12))
+
+    out = result()
+    assert right(out) and out["bptt"] == BPTT and out["clip"] == 0.25 and len(out["grid"]) == 2
+    split_stream = adapt_cli.split_stream
+    monkeypatch.setattr(adapt_cli, "split_stream", lambda vocab, path: split_stream(vocab, path)[1:])
+    assert not right(result())
+    monkeypatch.undo()
+
+    (tmp_path / "w").mkdir()
+    window_run, _, _ = _run_folder(tmp_path / "w", "window")
+    capsys.readouterr()
+    assert cli.main(["adapt", "--run", str(window_run), "--valid", str(tmp_path / "valid.txt"), "--test",
+                     str(tmp_path / "test.txt"), "--method", "dynamic", "--out", str(tmp_path / "w.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "window-regime run" in err and not (tmp_path / "w.json").exists()
