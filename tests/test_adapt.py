@@ -108,11 +108,11 @@ _SCORE_THEN_UPDATE = dynamic._score_then_update
 
 def _update_then_score(model, opt, params, x, y, state, clip):
     """The leak: step on the segment first, then score it with the weights that have seen it."""
-    _, carried = _SCORE_THEN_UPDATE(model, opt, params, x, y, state, clip)
+    _, carried, _ = _SCORE_THEN_UPDATE(model, opt, params, x, y, state, clip)
     with torch.no_grad():
         hidden, _, _ = model.features(x, state)
         scored = full_log_probs(model, hidden[0]).gather(1, y[0, :, None])[:, 0]
-    return scored, carried
+    return scored, carried, hidden[0]
 
 
 def test_dynamic_never_scores_a_token_after_updating_on_it(monkeypatch):
@@ -202,7 +202,9 @@ def test_cache_is_the_window_before_the_position(monkeypatch):
 
 
 @pytest.mark.parametrize("method,grid", [("cache", {"window": [5, 50], "theta": [0.3, 1.0], "lam": [0.1, 0.2]}),
-                                         ("dynamic", {"lr": [0.0, 0.5], "segment": [7]})])
+                                         ("dynamic", {"lr": [0.0, 0.5], "segment": [7]}),
+                                         ("dynamic+cache", {"lr": [0.0, 0.5], "segment": [7], "window": [5, 50],
+                                                            "theta": [1.0], "lam": [0.1]})])
 def test_tuner_only_sees_valid(method, grid, monkeypatch):
     """Design check: every pass the tuner makes while choosing reads valid; test is read once with the adaptation,
     with the chosen settings, after the choice (and once more, unadapted, for the base PPL); the choice is the grid
@@ -210,7 +212,7 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
     model = tiny("lstm-torch")
     valid, test = stream_tokens(sentences(25, 6), EOS), stream_tokens(sentences(25, 7), EOS)
     calls = []
-    for fn in ("stream_states", "cache_logprobs", "dynamic_logprobs"):
+    for fn in ("stream_states", "cache_logprobs", "dynamic_logprobs", "dynamic_states"):
         real = getattr(tune, fn)
 
         def spy(model, ids, *a, _fn=fn, _real=real, **k):
@@ -220,14 +222,16 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
         monkeypatch.setattr(tune, fn, spy)
 
     def tuned_on_valid(result) -> bool:
-        adapted = "cache_logprobs" if method == "cache" else "dynamic_logprobs"
+        adapted = {"cache": "cache_logprobs", "dynamic": "dynamic_logprobs"}.get(method, "dynamic_states")
         on_test = [i for i, c in enumerate(calls) if c[1] == "test" and c[0] == adapted]
         if len(on_test) != 1:
             return False
-        i, best = on_test[0], min(result["grid"], key=lambda r: r["valid_ppl"])
+        # the lowest valid PPL among the rows of full settings (dynamic+cache also lists the dynamic-only rows)
+        full = [r for r in result["grid"] if set(result["settings"]) <= set(r)]
+        i, best = on_test[0], min(full, key=lambda r: r["valid_ppl"])
         return (all(c[1] == "valid" for c in calls[:i])  # every pass before the adapted test pass reads valid
                 and all(c[0] == "stream_states" for c in calls[i + 1:])  # after it: the unadapted base only
-                and all(calls[i][2][k] == v == best[k] for k, v in result["settings"].items()))
+                and all(best[k] == v and calls[i][2].get(k, v) == v for k, v in result["settings"].items()))
 
     result = tune.adapt(model, valid, test, method, grid=grid, bptt=BPTT)
     assert tuned_on_valid(result)

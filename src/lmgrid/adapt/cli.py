@@ -76,8 +76,8 @@ def register(sub) -> None:
     s.add_argument("--run", required=True, help="the run folder (holding model.ckpt) of a stream-regime run")
     s.add_argument("--valid", required=True, help="the valid split the settings are chosen on")
     s.add_argument("--test", required=True, help="the test split, scored once with the chosen settings")
-    s.add_argument("--method", required=True, choices=("cache", "dynamic"),
-                   help="cache (Grave et al. 2017) or dynamic (Krause et al. 2018, SGD)")
+    s.add_argument("--method", required=True, choices=("cache", "dynamic", "dynamic+cache"),
+                   help="cache (Grave et al. 2017), dynamic (Krause et al. 2018, SGD) or both")
     s.add_argument("--grid", default="", help="JSON {setting: [values]} replacing the default grid (docs/adapt.md)")
     s.add_argument("--out", required=True, help="the result JSON: settings, valid and test PPL, every grid point")
     s.add_argument("--log-probs", default="", help="also write test's per-token log-probs (float32 .npy)")

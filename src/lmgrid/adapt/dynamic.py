@@ -27,7 +27,7 @@ from .stream import as_stream, full_log_probs, segments, stream_segment
 
 def _score_then_update(model, opt, params, x, y, state, clip: float):
     """Segment (x, y) [1, T]: its targets' log-probs [T] under the weights before the step; then the step on them.
-    Returns (log-probs, the carried state, detached)."""
+    Returns (log-probs, the carried state, detached, and the hidden states [T, H] that scored them)."""
     hidden, new_state, _ = model.features(x, state)
     token_logp = full_log_probs(model, hidden[0]).gather(1, y[0, :, None])[:, 0]
     scored = token_logp.detach().clone()  # fixed now: nothing below can change what was scored
@@ -36,7 +36,7 @@ def _score_then_update(model, opt, params, x, y, state, clip: float):
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(params, clip)
     opt.step()
-    return scored, model.detach_state(new_state)
+    return scored, model.detach_state(new_state), hidden[0].detach()
 
 
 def check_settings(lr, segment, clip) -> None:
@@ -45,20 +45,28 @@ def check_settings(lr, segment, clip) -> None:
             raise LmgridError(f"dynamic: {key} {value!r} is not a finite number >= 0")
 
 
-def dynamic_logprobs(model, token_ids, *, lr: float, segment: int | None = None, clip: float = 0.25,
-                     bptt: int = 35) -> np.ndarray:
-    """Natural-log probability of every target of the stream `token_ids` (stream.py) under SGD dynamic
-    evaluation, float32 [len(token_ids) - 1], in corpus order.  segment: tokens scored between two updates
-    (default bptt; the transformer's is its context_len); clip: the gradient norm bound (0 = none)."""
+def dynamic_states(model, token_ids, *, lr: float, segment: int | None = None, clip: float = 0.25, bptt: int = 35):
+    """Dynamic evaluation's pass: (hidden [N, H], log p(target) [N], targets [N]), float32, like
+    stream.stream_states but with the weights adapted as described above; hidden[t] is the state that scored
+    position t (what a cache on top of dynamic evaluation keeps)."""
     check_settings(lr, segment, clip)
     segment = stream_segment(model, segment, bptt)
     ids = as_stream(token_ids)
     adapted = copy.deepcopy(model).float().eval()  # deepcopy keeps tied weights tied (one parameter)
     params = [p for p in adapted.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr)
-    out, state = [], None
+    logp, hidden, state = [], [], None
     with torch.enable_grad(), torch.autocast(device_type="cpu", enabled=False):
         for x, y in segments(ids, segment):
-            scored, state = _score_then_update(adapted, opt, params, x, y, state, clip)
-            out.append(scored)
-    return torch.cat(out).numpy()
+            scored, state, h = _score_then_update(adapted, opt, params, x, y, state, clip)
+            logp.append(scored)
+            hidden.append(h)
+    return torch.cat(hidden), torch.cat(logp), ids[1:]
+
+
+def dynamic_logprobs(model, token_ids, *, lr: float, segment: int | None = None, clip: float = 0.25,
+                     bptt: int = 35) -> np.ndarray:
+    """Natural-log probability of every target of the stream `token_ids` (stream.py) under SGD dynamic
+    evaluation, float32 [len(token_ids) - 1], in corpus order.  segment: tokens scored between two updates
+    (default bptt; the transformer's is its context_len); clip: the gradient norm bound (0 = none)."""
+    return dynamic_states(model, token_ids, lr=lr, segment=segment, clip=clip, bptt=bptt)[1].numpy()

@@ -10,6 +10,9 @@ The grids (each point is a full pass over valid; the test split is read exactly 
   one SGD step per segment, so the grid stays small; the gradient is clipped to the run's own clip.  A stream
   transformer has one segment, its context_len.
 
+* dynamic+cache: the dynamic grid first; then, with its choice, one more dynamic pass over valid keeps the hidden
+  states the adapted model scored with, and the cache grid is chosen on them.
+
 Ties go to the first grid point in the order above (the smaller window, theta, lam, lr, segment).
 """
 from __future__ import annotations
@@ -20,12 +23,12 @@ import time
 from lmgrid.errors import LmgridError
 
 from .cache import cache_logprobs, cache_mix
-from .dynamic import dynamic_logprobs
+from .dynamic import dynamic_logprobs, dynamic_states
 from .stream import perplexity_of, stream_segment, stream_states
 
 CACHE_GRID = {"window": (100, 500, 2000), "theta": (0.1, 0.3, 1.0), "lam": (0.05, 0.1, 0.2)}
 DYNAMIC_GRID = {"lr": (1.0, 3.0, 10.0), "segment": (10, 20)}
-METHODS = ("cache", "dynamic")
+METHODS = ("cache", "dynamic", "dynamic+cache")
 
 
 def grid_points(grid: dict) -> list[dict]:
@@ -42,38 +45,61 @@ def choose_on_valid(valid_ppl_of, points: list[dict]) -> tuple[dict, list[dict]]
     return dict(points[best]), rows
 
 
+def _split_grid(grid: dict | None, method: str, model, segment: int) -> tuple[dict, dict]:
+    """(dynamic grid, cache grid) of a method; a given grid's keys replace the defaults' (unknown keys refused)."""
+    grid = dict(grid or {})
+    known = {"cache": set(CACHE_GRID), "dynamic": set(DYNAMIC_GRID)}
+    wanted = set().union(*(known[m] for m in method.split("+")))
+    if set(grid) - wanted:
+        raise LmgridError(f"adapt grid: {', '.join(sorted(set(grid) - wanted))} is not a setting of {method} "
+                          f"(settings: {', '.join(sorted(wanted))})")
+    dyn = {k: grid.get(k, v) for k, v in DYNAMIC_GRID.items()}
+    if model.cfg.arch == "transformer":
+        dyn["segment"] = (segment,)
+    return dyn, {k: grid.get(k, v) for k, v in CACHE_GRID.items()}
+
+
 def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, bptt: int = 35,
           clip: float = 0.25) -> dict:
-    """Tune `method` (cache | dynamic) on the valid stream, then score the test stream once with the choice.
+    """Tune `method` (cache | dynamic | dynamic+cache) on the valid stream, then score the test stream once with
+    the choice.  dynamic+cache: the dynamic settings are chosen first, then the cache's on the hidden states of
+    dynamic evaluation's valid pass with those settings.
 
     Returns {method, settings, valid_ppl, test_ppl, base_valid_ppl, base_test_ppl, grid (rows with valid_ppl),
-    tune_s, test_s}; base PPLs are the model's own single-stream ones (stream.stream_states)."""
+    tune_s, test_s, test_log_probs}; base PPLs are the model's own single-stream ones (stream.stream_states)."""
     if method not in METHODS:
         raise LmgridError(f"adapt: method {method!r} is not one of {', '.join(METHODS)}")
     t0 = time.time()
     segment = stream_segment(model, None, bptt)
-    hidden, base_logp, targets = stream_states(model, valid_ids, segment=segment)
-    if method == "cache":
-        grid = grid or CACHE_GRID
-        points = grid_points(grid)
+    dyn_grid, cache_grid = _split_grid(grid, method, model, segment)
+    _, base_logp, _ = valid_states = stream_states(model, valid_ids, segment=segment)
+    settings, rows = {}, []
+    if "dynamic" in method:
         settings, rows = choose_on_valid(
-            lambda p: perplexity_of(cache_mix(hidden, base_logp, targets, **p)), points)
-        run_test = lambda ids: cache_logprobs(model, ids, segment=segment, **settings)  # noqa: E731
-    else:
-        grid = dict(grid or DYNAMIC_GRID)
-        if model.cfg.arch == "transformer":
-            grid["segment"] = (segment,)
-        points = grid_points(grid)
-        settings, rows = choose_on_valid(
-            lambda p: perplexity_of(dynamic_logprobs(model, valid_ids, clip=clip, bptt=bptt, **p)), points)
-        run_test = lambda ids: dynamic_logprobs(model, ids, clip=clip, bptt=bptt, **settings)  # noqa: E731
+            lambda p: perplexity_of(dynamic_logprobs(model, valid_ids, clip=clip, bptt=bptt, **p)),
+            grid_points(dyn_grid))
+    if "cache" in method:
+        if settings:
+            valid_states = dynamic_states(model, valid_ids, clip=clip, bptt=bptt, **settings)
+        cached, cache_rows = choose_on_valid(lambda p: perplexity_of(cache_mix(*valid_states, **p)),
+                                             grid_points(cache_grid))
+        rows += [{**settings, **r} for r in cache_rows]
+        settings = {**settings, **cached}
     tune_s = time.time() - t0
     t1 = time.time()
-    test_logp = run_test(test_ids)  # the one pass over test, with the settings valid chose
+    # The one adapted pass over test, with the settings valid chose.
+    if method == "cache":
+        test_logp = cache_logprobs(model, test_ids, segment=segment, **settings)
+    elif method == "dynamic":
+        test_logp = dynamic_logprobs(model, test_ids, clip=clip, bptt=bptt, **settings)
+    else:
+        dyn = {k: settings[k] for k in DYNAMIC_GRID}
+        test_logp = cache_mix(*dynamic_states(model, test_ids, clip=clip, bptt=bptt, **dyn),
+                              **{k: settings[k] for k in CACHE_GRID})
     test_s = time.time() - t1
     _, base_test_logp, _ = stream_states(model, test_ids, segment=segment)
-    best_row = next(r for r in rows if all(r[k] == v for k, v in settings.items()))
-    return {"method": method, "settings": settings, "valid_ppl": best_row["valid_ppl"],
+    valid_ppl = min(r["valid_ppl"] for r in rows if all(r.get(k) == v for k, v in settings.items()))
+    return {"method": method, "settings": settings, "valid_ppl": valid_ppl,
             "test_ppl": perplexity_of(test_logp), "base_valid_ppl": perplexity_of(base_logp),
             "base_test_ppl": perplexity_of(base_test_logp), "grid": rows,
             "tune_s": round(tune_s, 3), "test_s": round(test_s, 3), "test_log_probs": test_logp}
