@@ -13,7 +13,7 @@ import lmgrid
 from lmgrid import cli
 
 RULE_COMMANDS = {"warm-server", "synth", "verify", "corpus", "vocab", "oracle", "summary", "reference",
-                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings"}
+                 "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings", "adapt"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
