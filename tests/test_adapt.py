@@ -134,6 +134,24 @@ def test_dynamic_never_scores_a_token_after_updating_on_it(monkeypatch):
     assert not no_leak(leaked)
 
 
+def test_dynamic_learns_from_what_it_has_read(monkeypatch):
+    """On a text that repeats one random 50-token passage, dynamic evaluation has read every passage before the
+    current one, so it must beat the base PPL by far.  (Weights drawn in +-1, so that the untrained LSTM's states
+    tell its inputs apart.)  Mutation killed: no SGD step taken (the optimizer's step skipped), which would pass
+    the lr 0 and no-leak checks unchanged."""
+    model = tiny("lstm-torch", init_range=1.0)
+    passage = np.random.default_rng(4).integers(4, V, size=50)
+    stream = torch.from_numpy(np.tile(passage, 12))
+    base = perplexity_of(stream_states(model, stream, bptt=BPTT)[1].numpy())
+
+    def learns() -> bool:
+        return perplexity_of(dynamic_logprobs(model, stream, lr=2.0, segment=10, clip=0.0, bptt=BPTT)) < 0.5 * base
+
+    assert learns()
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, closure=None: None)
+    assert not learns()
+
+
 def _unnormalised_weights(queries, keys, first, offset, window, theta):
     """Mutation: exp(theta h_t . h_i) over the window, not divided by its sum."""
     t = torch.arange(offset, offset + len(queries))[:, None]
