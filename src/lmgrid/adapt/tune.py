@@ -10,8 +10,8 @@ The grids (each point is a full pass over valid; the test split is read exactly 
   one SGD step per segment, so the grid stays small; the gradient is clipped to the run's own clip.  A stream
   transformer has one segment, its context_len.
 
-* dynamic+cache: the dynamic grid first; then, with its choice, one more dynamic pass over valid keeps the hidden
-  states the adapted model scored with, and the cache grid is chosen on them.
+* dynamic+cache: the dynamic grid first; then the cache grid on the hidden states that the chosen dynamic pass
+  over valid scored with (kept from that pass: no extra pass).
 
 Ties go to the first grid point in the order above (the smaller window, theta, lam, lr, segment).
 """
@@ -75,12 +75,18 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
     _, base_logp, _ = valid_states = stream_states(model, valid_ids, segment=segment)
     settings, rows = {}, []
     if "dynamic" in method:
-        settings, rows = choose_on_valid(
-            lambda p: perplexity_of(dynamic_logprobs(model, valid_ids, clip=clip, bptt=bptt, **p)),
-            grid_points(dyn_grid))
+        best = {"ppl": float("inf")}
+
+        def dynamic_ppl(point: dict) -> float:
+            states = dynamic_states(model, valid_ids, clip=clip, bptt=bptt, **point)
+            ppl = perplexity_of(states[1].numpy())
+            if ppl < best["ppl"]:  # the first of equals, as choose_on_valid picks: its states serve the cache
+                best.update(ppl=ppl, states=states)
+            return ppl
+
+        settings, rows = choose_on_valid(dynamic_ppl, grid_points(dyn_grid))
+        valid_states = best["states"]
     if "cache" in method:
-        if settings:
-            valid_states = dynamic_states(model, valid_ids, clip=clip, bptt=bptt, **settings)
         cached, cache_rows = choose_on_valid(lambda p: perplexity_of(cache_mix(*valid_states, **p)),
                                              grid_points(cache_grid))
         rows += [{**settings, **r} for r in cache_rows]
