@@ -33,10 +33,12 @@ def cmd_adapt(a) -> None:
     import torch
 
     from lmgrid.errors import write_json
+    from lmgrid.neural.allocator import keep_freed_blocks
     from lmgrid.neural.model_io import load_run
 
     from .tune import adapt
 
+    keep_freed_blocks()  # dynamic evaluation frees and reallocates the same gradients every segment, as training does
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
