@@ -104,6 +104,8 @@ def verdict(comparable: str, low: float, high: float, mean: float, published: fl
 def _values(hits: list[dict], key: str):
     """Our value of a setting key over the runs: the one value, or the distinct ones joined by blanks."""
     vals = sorted({our_setting(m)[key] for m in hits} - {None}, key=str)
+    if len(vals) > 1 and key == "tie_weights":  # several runs of a combination: "tied untied", as one run shows it
+        return " ".join("tied" if v else "untied" for v in sorted(vals, reverse=True))
     return None if not vals else vals[0] if len(vals) == 1 else " ".join(map(str, vals))
 
 
