@@ -296,6 +296,41 @@ def gate_means(gates: pd.DataFrame, stem: str) -> list[str]:
 
 
 @paper_style
+def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
+    """Mean gate activation against the window position it is read at (0 = the window's oldest input token), one
+    line per n_step, one panel per model, gate and layer (layers from 1); error bars: the 95% t interval over seeds
+    (df = seeds - 1; none with one seed).  Lines that lie on each other and rise with position make a pooled trend
+    with n_step a position profile (aggregate.positions).  One legend for the figure."""
+    from .effects import gate_position_means
+
+    df = gate_position_means(gates)
+    rank = {g: i for i, g in enumerate(GATE_ORDER)}
+    panels = sorted({(m, int(layers), int(layer), g) for m, layers, layer, g in
+                     zip(df["model"], df["layers"], df["layer"], df["gate"])},
+                    key=lambda p: (names.rank(p[0]), p[1], rank.get(p[3], 99), p[2]))
+    steps = sorted(df["n_step"].unique())
+    cmap = plt.get_cmap("viridis")
+    colours = {n: cmap(i / max(len(steps) - 1, 1)) for i, n in enumerate(steps)}
+    many_depths = df["layers"].nunique() > 1
+    fig, axes = _grid(len(panels), 1.6, ncols_max=4, extra_h=0.15)
+    handles = {}
+    for ax, (model, layers, layer, gate) in zip(axes, panels):
+        p = df[(df["model"] == model) & (df["layers"] == layers) & (df["layer"] == layer) & (df["gate"] == gate)]
+        for n, per in p.groupby("n_step"):
+            yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
+            handles[n] = _bars(ax, per["position"], per["mean"], yerr, per["seeds"], marker="o", ms=2.5,
+                               color=colours[n], label=f"n = {n}")
+        depth = f" of {layers}" if many_depths else ""
+        ax.set_title(f"{names.display(model)}: {GATE_NAMES.get(gate, gate)}, layer {layer + 1}{depth}")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.supxlabel("window position (0 = oldest input token)", fontsize=PAPER_STYLE["axes.labelsize"])
+    fig.supylabel("mean gate activation", fontsize=PAPER_STYLE["axes.labelsize"])
+    fig.legend(handles=[handles[n] for n in steps if n in handles], loc="outside upper center",
+               ncol=min(len(handles), 6))
+    return save(fig, stem)
+
+
+@paper_style
 def saturation(gates: pd.DataFrame, stem: str) -> list[str]:
     """Per-unit fraction of time left-saturated (< 0.1; g: < -0.9) against right-saturated (> 0.9), after
     Karpathy, Johnson & Fei-Fei (2015), one panel per gate and layer (layers from 1); the first seed of each
@@ -346,5 +381,5 @@ def run_curve(log: pd.DataFrame, stem: str, title: str) -> list[str]:
     return save(fig, stem, exts=("png",))
 
 
-__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "saturation", "run_curve", "save", "figure",
+__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "gate_positions", "saturation", "run_curve", "save", "figure",
            "PAPER_STYLE", "COLUMN_IN", "FULL_IN"]
