@@ -209,6 +209,11 @@ TREND_COLUMNS = KEYS[:1] + ["layers", "layer", "gate", "n_steps", "seeds", "runs
                             "beyond_df", "beyond_p"]
 
 
+def non_monotone(step_verdicts: pd.Series) -> bool:
+    """A shape that significantly rises at one step and falls at another (Holm-adjusted step verdicts)."""
+    return bool((step_verdicts == "up").any() and (step_verdicts == "down").any())
+
+
 def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame) -> None:
     """Verdicts from Holm-adjusted p-values.  direction (pooled): `non-monotone` when a step rises and another falls
     (each significant), else the slope test's (several seeds) or Kendall's (one seed); at_matched_positions: the
@@ -219,7 +224,7 @@ def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame
     for t in trends.itertuples():
         mine = steps[(steps["model"] == t.model) & (steps["layers"] == t.layers) & (steps["layer"] == t.layer)
                      & (steps["gate"] == t.gate)]["verdict"]
-        if (mine == "up").any() and (mine == "down").any():
+        if non_monotone(mine):
             d = "non-monotone"
         elif not math.isnan(t.slope_p_holm):
             d = _verdict(t.slope_per_nstep, t.slope_p_holm)

@@ -95,8 +95,12 @@ def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _slope(m: float, lo: float, hi: float, df) -> str:
-    """'+0.0123 [+0.0100, +0.0150] (t, df 4)'."""
+def _slope(m: float, lo: float, hi: float, df, words: bool = False) -> str:
+    """'+0.0123 [+0.0100, +0.0150] (t, df 4)'; with `words` (findings) '+0.0123, 95% interval [...] (t, df 4)' or
+    '+0.0123, 95% interval n/a (one seed)'."""
+    if words:
+        return (f"{m:+.4f}, {PCT}% interval " + (ONE_SEED if math.isnan(lo) else
+                                                   f"{_ci(lo, hi, '+.4f')} (t, df {int(df)})"))
     return f"{m:+.4f}" + ("" if math.isnan(lo) else f" {_ci(lo, hi, '+.4f')} (t, df {int(df)})")
 
 
@@ -151,10 +155,9 @@ def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths, 
                       f"matched slope, {PCT}% CI", "matched p_H", "pooled trend"]].rename(columns={
                           f"pooled slope, {PCT}% CI": "pooled slope [95% CI]",
                           f"matched slope, {PCT}% CI": "matched slope [95% CI]"})
-    trend_caption = (f"Gate means against context length n: the slope per token of context pooled over the window "
-                     f"and at the window positions every n shares (mean over seeds, {PCT}% t interval, df = seeds "
-                     "- 1), Holm-adjusted p over the study's gate tests (p_H), and whether the pooled trend is what "
-                     "the position profile predicts.")
+    trend_caption = (f"Gate slope per token of context, pooled over the window and at the positions every n shares "
+                     f"(mean over seeds, {PCT}% t interval, df = seeds - 1; p_H: Holm over the study's gate tests), "
+                     "and whether the pooled trend is a position profile.")
     _write_four(trends, show, title, note, trend_paths, (trend_tex, trend_caption, f"tab:{name}-gate-trends"))
     if steps_tex_path is not None:
         with atomic_write(steps_tex_path) as fh:
@@ -197,9 +200,9 @@ def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
         one = t["seeds"] < 2
         per_step = ", ".join(f"{int(r.n_step)}: {r.mean:.3f}" + ("" if one else f" {_ci(r.ci_low, r.ci_high, '.3f')}")
                              for r in m.itertuples())
-        pooled = _slope(t["slope_per_nstep"], t["slope_ci_low"], t["slope_ci_high"], t["slope_df"])
-        matched = _slope(t["matched_slope"], t["matched_ci_low"], t["matched_ci_high"], t["matched_df"])
-        beyond = _slope(t["beyond_slope"], t["beyond_ci_low"], t["beyond_ci_high"], t["beyond_df"])
+        pooled = _slope(t["slope_per_nstep"], t["slope_ci_low"], t["slope_ci_high"], t["slope_df"], True)
+        matched = _slope(t["matched_slope"], t["matched_ci_low"], t["matched_ci_high"], t["matched_df"], True)
+        beyond = _slope(t["beyond_slope"], t["beyond_ci_low"], t["beyond_ci_high"], t["beyond_df"], True)
         where = f"position{'s' if ' ' in t['matched_positions'] else ''} {t['matched_positions'] or 'none'}"
         out.append(f"- **{names.display(t['model'])}, layer {int(t['layer']) + 1}, gate {t['gate']}**: pooled over "
                    f"the window: {t['direction']} (slope {pooled} per token of context, p_H "
