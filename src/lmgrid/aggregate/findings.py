@@ -1,8 +1,12 @@
 """The study's statistical tables and its findings, written from the run's own results (never by hand).
 
-* gates_effect.{csv,md,tex,html}: the trend of each gate's mean with n_step (lmgrid.aggregate.effects.gate_trends),
-  and gate_steps.tex: its step changes (each n_step against the next) as a LaTeX table of their own;
+* gates_effect.{csv,md,tex,html}: the trend of each gate with n_step, pooled over the window and at the window
+  positions every n_step shares, and whether the pooled trend is a position profile (effects.gate_family), and
+  gate_steps.tex: its step changes (each n_step against the next) as a LaTeX table of their own;
+* gate_positions.{csv,md,tex,html}: the slope on n_step at each window position on its own;
 * gate_means.{csv,md,tex,html}: each gate's mean per n_step with its 95% interval over seeds;
+Every p-value of those tables is Holm-adjusted over the study's gate tests (effects.FAMILY), and every interval is
+printed with its method and degrees of freedom.
 
 Every .tex file holds one table with a short caption; the Markdown and HTML files carry the method in full.
 * findings.{md,html}: one sentence per claim a reader would draw, each with the number and interval it rests on,
