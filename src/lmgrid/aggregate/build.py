@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LmgridError
 from ..runkey import expand_study
-from . import findings, plots, run_curves, tables
+from . import findings, gate_plots, plots, run_curves, tables
 from .collect import load_study, read_oracle
 from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
 
@@ -40,10 +40,10 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             written += run_curves.valid_curves(data["logs"], data["runs"], stem(s))
         elif s == "gates_vs_nstep":
             _need(data["gates"], "all", name)
-            written += plots.gate_means(data["gates"], stem(s))
+            written += gate_plots.gate_means(data["gates"], stem(s))
         elif s == "gates_vs_position":
             _need(data["gates"], "position", name)
-            written += plots.gate_positions(data["gates"], stem(s))
+            written += gate_plots.gate_positions(data["gates"], stem(s))
         elif s == "gates_effect":
             paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means", "gate_positions")]
             family, means = findings.write_gate_tables(name, data["gates"], *paths[:2], f"{stem('gate_steps')}.tex",
@@ -53,7 +53,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
-            written += plots.saturation(g, stem(s))
+            written += gate_plots.saturation(g, stem(s))
     findings.write_findings(name, data["runs"], family, means, f"{stem('findings')}.md", f"{stem('findings')}.html")
     written += [f"{stem('findings')}.md", f"{stem('findings')}.html"]
     planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}
