@@ -64,6 +64,7 @@ def _latex(show: pd.DataFrame, caption: str, label: str) -> str:
                      column_format="".join("l" if c in TEXT_COLUMNS else "r" for c in show.columns)))
     tex = fit_tex(tex, show)
     tex = re.sub(r"(?<![\w.])-(?=\d)", "$-$", tex)  # a minus sign, not a hyphen
+    tex = tex.replace("<0.", "$<$0.")  # p < 0.001: in text mode OT1 prints '<' as an inverted '!'
     return tex.replace("→", r"$\to$").replace("τ", r"$\tau$").replace("Δ", r"$\Delta$") + "\n"
 
 
@@ -93,6 +94,11 @@ def _step_rows(steps: pd.DataFrame) -> pd.DataFrame:
                          f"{PCT}% CI": [_ci(a, b) for a, b in zip(steps["ci_low"], steps["ci_high"])],
                          "df": steps["df"].map(lambda v: f"{v:.1f}"), "p_H": steps["p_holm"].map(_p)},
                         columns=["model", "layer", "gate", "step", "Δ mean", f"{PCT}% CI", "df", "p_H"])
+
+
+# The pooled-trend verdicts (effects._directions) in a word, for the LaTeX table.
+SHORT_PROFILE = {"a position profile": "profile", "beyond the position profile": "beyond",
+                 "no pooled trend to explain": "no trend", "n/a": "n/a"}
 
 
 def _p(p: float) -> str:
@@ -155,13 +161,22 @@ def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths, 
     title = f"Gate means against context length n, study {name}"
     note = (f"Gate values that have an effect only. {SLOPE_METHOD[0].upper()}{SLOPE_METHOD[1:]}. "
             f"{MATCHED_METHOD[0].upper()}{MATCHED_METHOD[1:]}. Trend: {TREND_METHOD}. {HOLM}. Layers count from 1.")
-    trend_tex = show[["model", "layer", "gate", f"pooled slope, {PCT}% CI", "p_H", "matched at",
-                      f"matched slope, {PCT}% CI", "matched p_H", "pooled trend"]].rename(columns={
-                          f"pooled slope, {PCT}% CI": "pooled slope [95% CI]",
-                          f"matched slope, {PCT}% CI": "matched slope [95% CI]"})
+    trend_tex = show[["model", "layer", "gate", "matched at", "p_H", "matched p_H", "pooled trend"]].assign(**{
+        "df": trends["slope_df"].map(str),
+        "pooled [95% CI]": [_slope(m, lo, hi, 0).split(" (")[0] for m, lo, hi in zip(
+            trends["slope_per_nstep"], trends["slope_ci_low"], trends["slope_ci_high"])],
+        "matched [95% CI]": [_slope(m, lo, hi, 0).split(" (")[0] for m, lo, hi in zip(
+            trends["matched_slope"], trends["matched_ci_low"], trends["matched_ci_high"])],
+        "pooled trend": trends["position_profile"].map(SHORT_PROFILE),
+    })[["model", "layer", "gate", "df", "pooled [95% CI]", "p_H", "matched at", "matched [95% CI]",
+        "matched p_H", "pooled trend"]].rename(columns={"matched at": "at"})
+    dfs = sorted(set(trends["slope_df"]))
+    if len(dfs) == 1:  # one df for every row: said once, in the caption
+        trend_tex = trend_tex.drop(columns="df")
     trend_caption = (f"Gate slope per token of context, pooled over the window and at the positions every n shares "
-                     f"(mean over seeds, {PCT}% t interval, df = seeds - 1; p_H: Holm over the study's gate tests), "
-                     "and whether the pooled trend is a position profile.")
+                     f"(at), mean over seeds, {PCT}% t interval (df " + (f"{dfs[0]}" if len(dfs) == 1 else
+                                                                      "= seeds - 1") +
+                     "); p_H: Holm over the study's gate tests; the pooled trend as a position profile or beyond it.")
     _write_four(trends, show, title, note, trend_paths, (trend_tex, trend_caption, f"tab:{name}-gate-trends"))
     if steps_tex_path is not None:
         with atomic_write(steps_tex_path) as fh:
