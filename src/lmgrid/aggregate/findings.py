@@ -219,6 +219,7 @@ def _gate_sentences(trends: pd.DataFrame, means: pd.DataFrame) -> list[str]:
         one = t["seeds"] < 2
         per_step = ", ".join(f"{int(r.n_step)}: {r.mean:.3f}" + ("" if one else f" {_ci(r.ci_low, r.ci_high, '.3f')}")
                              for r in m.itertuples())
+        per_step = per_step if one else f"({PCT}% t intervals, df = seeds - 1) {per_step}"
         pooled = _slope(t["slope_per_nstep"], t["slope_ci_low"], t["slope_ci_high"], t["slope_df"], True)
         matched = _slope(t["matched_slope"], t["matched_ci_low"], t["matched_ci_high"], t["matched_df"], True)
         beyond = _slope(t["beyond_slope"], t["beyond_ci_low"], t["beyond_ci_high"], t["beyond_df"], True)
