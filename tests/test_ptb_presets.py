@@ -19,9 +19,9 @@ from lmgrid.runkey import all_runs
 
 from test_workflow import planned_jobs, snakemake
 
-PRESETS = ("seed_table", "course_report", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
-SMOKE = {"seed_table": "smoke", "course_report": "smoke", "zaremba_small": "smoke", "ptb-paper-medium": "smoke-paper",
-         "ptb-paper-large": "smoke-paper"}
+PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
+SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
+         "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper"}
 
 
 def preset_config(repo, preset: str) -> dict:
