@@ -291,19 +291,26 @@ def test_gate_slope_is_per_seed_with_an_interval_over_seeds(built):
     assert (pooled.slope - pooled_half, pooled.slope + pooled_half) != pytest.approx(expected[1:], rel=1e-3)  # ...not the same interval
 
 
-def test_gate_direction_follows_the_slope_interval(built):
-    """A gate `rises` / `falls` when its slope's interval over seeds excludes 0 (unless its steps go both ways),
-    whatever Kendall's tau says. Negative control: the fixture holds a gate whose tau is not significant while its
-    slope interval excludes 0, so the direction taken from tau (the rule this replaced) fails here."""
+def test_gate_direction_follows_the_holm_adjusted_slope_test(built):
+    """A gate `rises` / `falls` when its slope test's Holm-adjusted p (p_H) is below 0.05 (unless its steps go both
+    ways), whatever its unadjusted interval says.  Negative control: the fixture holds a gate whose marginal 95%
+    interval excludes 0 while its p_H does not reach 0.05, so the mutation "verdict from the unadjusted interval"
+    (the rule before Holm) fails here.  `non-monotone` is read from the printed steps (a step up and a step down,
+    each with p_H < 0.05), not from the direction itself; its rule has a planted case in test_gate_effects."""
     root, _ = built
     trends = pd.read_csv(root / f"results/{CORPUS}/studies/context/gates_effect.csv")
     for t in trends.itertuples():
-        expected = ("non-monotone" if t.direction == "non-monotone" else "rises" if t.slope_ci_low > 0
-                    else "falls" if t.slope_ci_high < 0 else "no clear trend")
+        steps = [(float(d), p.startswith("<") or float(p) < 0.05) for d, p in
+                 re.findall(r"→\d+: ([+-]\d+\.\d+) \[[^]]*\] \(Welch, df [\d.]+, p_H (<?[\d.]+)\)", t.step_changes)]
+        up_and_down = any(d > 0 and sig for d, sig in steps) and any(d < 0 and sig for d, sig in steps)
+        expected = ("non-monotone" if up_and_down else "no clear trend" if t.slope_p_holm >= 0.05
+                    else "rises" if t.slope_per_nstep > 0 else "falls")
+        assert len(steps) == len(t.n_steps.split()) - 1, t.step_changes
         assert t.direction == expected, t
-    by_tau = trends["p_value"].map(lambda p: p < 0.05)
-    by_slope = (trends["slope_ci_low"] > 0) | (trends["slope_ci_high"] < 0)
-    assert (by_slope & ~by_tau).any(), "the fixture no longer separates the slope rule from the tau rule"
+        assert t.slope_p_holm >= t.slope_p  # an adjustment never lowers p
+    unadjusted = (trends["slope_ci_low"] > 0) | (trends["slope_ci_high"] < 0)
+    assert (unadjusted & (trends["slope_p_holm"] >= 0.05)).any(), "the fixture no longer separates the two rules"
+    assert (trends["slope_p_holm"] < 0.05).any(), "the fixture no longer has a gate that passes Holm"
 
 
 def test_figures_are_pdf_and_png(built):

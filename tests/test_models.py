@@ -113,6 +113,28 @@ def test_cell_and_concat_are_the_same_function():
     assert n_cell - n_concat == LAYERS * 4 * HID  # exactly one redundant bias vector per layer
 
 
+def test_cell_without_its_second_bias_trains_like_concat():
+    """The ablation `cellonebias` (models/lstm.py): from one seed's weights, one Adam step leaves it the same function
+    as concat, while the cell, whose two biases both take the step, ends elsewhere.  Negative control, run here:
+    the cell itself, i.e. the mutation "cellonebias keeps b_hh as a parameter", which must differ from concat."""
+    x, y = tokens(11), tokens(12)
+
+    def stepped(impl):
+        model = make("lstm", impl, seed=3)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        F.cross_entropy(model(x)[0].reshape(-1, V), y.reshape(-1)).backward()
+        opt.step()
+        return model(x)[0].detach()
+
+    start = {impl: make("lstm", impl, seed=3)(x)[0] for impl in ("concat", "cellonebias")}
+    torch.testing.assert_close(start["cellonebias"], start["concat"], **TOL)  # the same initial function
+    concat, onebias, cell = stepped("concat"), stepped("cellonebias"), stepped("cell")
+    torch.testing.assert_close(onebias, concat, **TOL)
+    assert not torch.allclose(cell, concat, atol=1e-3)  # the control: a second bias doubles the bias step
+    n = {impl: sum(p.numel() for p in make("lstm", impl).rnn.parameters()) for impl in ("cell", "cellonebias")}
+    assert n["cell"] - n["cellonebias"] == LAYERS * 4 * HID
+
+
 @pytest.mark.parametrize("arch", ["lstm", "gru"])
 def test_gates_of_torch_impl_equal_gates_of_cell(arch):
     ref = make(arch, "torch")
@@ -416,7 +438,7 @@ def test_every_recurrence_computes_in_float32_under_bf16_autocast(arch, impl, ga
     assert any(dtype == torch.bfloat16 for _, dtype in mutated), sorted(set(mutated))
 
 
-@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat")), ("gru", ("torch", "cell"))])
+@pytest.mark.parametrize("arch,impls", [("lstm", ("torch", "cell", "concat", "cellonebias")), ("gru", ("torch", "cell"))])
 def test_impls_of_one_seed_start_from_the_same_weights(arch, impls, monkeypatch):
     """Same seed, any impl: the same initial function (so an impl comparison compares the impls, not the draws).
     Negative control, run here: kills "nn.LSTM/nn.GRU's own init draws from the seeded generator" (construction

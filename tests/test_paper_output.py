@@ -215,7 +215,8 @@ def test_report_lists_the_main_figure_first_and_each_gate_figure_once(monkeypatc
     assert labels["depth"][0] == "1. test PPL against layers"
     assert not any("gate" in label for label in labels["context"])
     assert any("saturation" in label for label in labels["depth"])
-    assert sum("gate" in label for label in labels["gates"]) == 5  # figure, trend, means, 2 saturation figures
+    # figures against n and against window position, trend, position and means tables, 2 saturation figures
+    assert sum("gate" in label for label in labels["gates"]) == 7
 
     monkeypatch.setattr(layout, "report_skips", lambda studies: set())
     assert any("gate" in label for label in _report_labels(STUDIES)["context"])

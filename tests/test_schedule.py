@@ -18,13 +18,35 @@ def drive(schedule: PlateauSchedule, losses, lr=1.0):
     return schedule.lr_history
 
 
-def test_a_plateau_decays_and_the_plateau_after_the_last_decay_stops():
-    """Kills: "stop on the first plateau" and "decay without limit"."""
+def last_epoch_is_best(schedule: PlateauSchedule, valid_nll: float, lr: float) -> float:
+    """Mutant: the reported weights are the last epoch's, not the lowest valid NLL's."""
+    new_lr = PlateauSchedule._decide(schedule, valid_nll, lr)
+    schedule.best_epoch = schedule.epochs
+    return new_lr
+
+
+def best_only_on_improvement(schedule: PlateauSchedule, valid_nll: float, lr: float) -> float:
+    """Mutant: the best weights move only on an improvement by more than min_delta (a smaller gain is dropped)."""
+    best, best_epoch = schedule.best, schedule.best_epoch
+    new_lr = PlateauSchedule._decide(schedule, valid_nll, lr)
+    if valid_nll >= best - schedule.min_delta:
+        schedule.best, schedule.best_epoch = best, best_epoch
+    return new_lr
+
+
+def test_a_plateau_decays_and_the_plateau_after_the_last_decay_stops(monkeypatch):
+    """Kills: "stop on the first plateau", "decay without limit", and "the last epoch's weights are reported"
+    (last_epoch_is_best, run below as the negative control: with min_delta 0 the stopping epoch did not improve, so
+    the best epoch is the 6th, not the 7th)."""
+    losses = [5.0, 4.0, 4.1, 3.9, 3.95, 3.8, 3.85, 3.0]
     s = PlateauSchedule(lr_decay=0.5, max_decays=2)
-    rates = drive(s, [5.0, 4.0, 4.1, 3.9, 3.95, 3.8, 3.85, 3.0])
+    rates = drive(s, losses)
     assert rates == [1.0, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25]  # decays after epochs 3 and 5; epoch 7 ends the run
-    assert s.stopped_because == "plateau" and s.decays == 2 and s.best_epoch == 6
-    assert s.best_epoch < s.epochs  # with min_delta 0 the stopping epoch never improves (schedule docstring)
+    assert s.stopped_because == "plateau" and s.decays == 2 and s.best_epoch == 6 < s.epochs
+    monkeypatch.setattr(PlateauSchedule, "step", last_epoch_is_best)
+    mutant = PlateauSchedule(lr_decay=0.5, max_decays=2)
+    drive(mutant, losses)
+    assert (mutant.stopped_because, mutant.best_epoch) == ("plateau", 7)  # the check above fails on it
 
 
 def test_improvement_after_a_decay_keeps_training_going():
@@ -47,7 +69,8 @@ def test_what_a_plateau_stop_guarantees_with_min_delta():
     """The docstring's guarantee, on a run whose gains shrink below min_delta: the last patience+1 epochs trained
     at the final rate and together lowered the best valid NLL by at most (patience+1) x min_delta; the last epoch
     may be the best one (it gained, but less than min_delta).  Kills "a gain below min_delta counts as an
-    improvement" (min_delta ignored: the run would not stop at epoch 9), run below as the negative control."""
+    improvement" (min_delta ignored: the run would not stop at epoch 9) and "a gain below min_delta drops the best
+    weights" (best_only_on_improvement: the best epoch would stay the 7th), both run below as negative controls."""
     min_delta, patience = 0.01, 1
     losses = [5.0, 4.5, 4.2, 4.195, 4.19, 4.0, 3.9, 3.895, 3.891, 3.5]
     s = PlateauSchedule(lr_decay=0.5, max_decays=1, patience=patience, min_delta=min_delta)
@@ -61,6 +84,11 @@ def test_what_a_plateau_stop_guarantees_with_min_delta():
     ignored = PlateauSchedule(lr_decay=0.5, max_decays=1, patience=patience, min_delta=0.0)
     drive(ignored, losses)
     assert (ignored.stopped_because, ignored.epochs) != ("plateau", 9)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(PlateauSchedule, "step", best_only_on_improvement)
+        dropped = PlateauSchedule(lr_decay=0.5, max_decays=1, patience=patience, min_delta=min_delta)
+        drive(dropped, losses)
+    assert (dropped.stopped_because, dropped.epochs, dropped.best_epoch) == ("plateau", 9, 7)
 
 
 def decays_spent_label(schedule: PlateauSchedule, valid_nll: float, lr: float) -> float:

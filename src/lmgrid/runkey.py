@@ -12,7 +12,7 @@ NGRAM_ARCHS = ("addk", "katz", "kn", "mkn")
 NEURAL_ARCHS = ("ffnn", "rnn", "lstm", "gru", "transformer")
 ARCHS = NGRAM_ARCHS + NEURAL_ARCHS
 # The first implementation of each architecture is its default.
-IMPLS = {"lstm": ("torch", "cell", "concat"), "gru": ("torch", "cell")}
+IMPLS = {"lstm": ("torch", "cell", "concat", "cellonebias"), "gru": ("torch", "cell")}
 NGRAM_IMPL = "ngram"
 REGIMES = ("window", "stream")
 

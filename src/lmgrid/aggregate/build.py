@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import LmgridError
 from ..runkey import expand_study
-from . import findings, plots, run_curves, tables
+from . import findings, gate_plots, plots, run_curves, tables
 from .collect import load_study, read_oracle
 from .layout import STUDIES_DIR, TABLE_EXTS, study_plan
 
@@ -25,7 +25,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
     def stem(s: str) -> str:
         return str(out / s)
 
-    trends = means = None
+    family = means = None
     tables.write_tables(name, study.get("description", ""), summary, oracle,
                         *(f"{stem('table')}.{e}" for e in TABLE_EXTS), valid_tex_path=f"{stem('table_valid')}.tex")
     written += [f"{stem('table')}.{e}" for e in TABLE_EXTS] + [f"{stem('table_valid')}.tex"]
@@ -40,17 +40,21 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
             written += run_curves.valid_curves(data["logs"], data["runs"], stem(s))
         elif s == "gates_vs_nstep":
             _need(data["gates"], "all", name)
-            written += plots.gate_means(data["gates"], stem(s))
+            written += gate_plots.gate_means(data["gates"], stem(s))
+        elif s == "gates_vs_position":
+            _need(data["gates"], "position", name)
+            written += gate_plots.gate_positions(data["gates"], stem(s))
         elif s == "gates_effect":
-            paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means")]
-            trends, means = findings.write_gate_tables(name, data["gates"], *paths, f"{stem('gate_steps')}.tex")
-            written += paths[0] + paths[1] + [f"{stem('gate_steps')}.tex"]
+            paths = [[f"{stem(x)}.{e}" for e in TABLE_EXTS] for x in ("gates_effect", "gate_means", "gate_positions")]
+            family, means = findings.write_gate_tables(name, data["gates"], *paths[:2], f"{stem('gate_steps')}.tex",
+                                                       paths[2])
+            written += paths[0] + paths[1] + paths[2] + [f"{stem('gate_steps')}.tex"]
         elif s.startswith("saturation_"):
             _, arch, impl = s.split("_", 2)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
-            written += plots.saturation(g, stem(s))
-    findings.write_findings(name, data["runs"], trends, means, f"{stem('findings')}.md", f"{stem('findings')}.html")
+            written += gate_plots.saturation(g, stem(s))
+    findings.write_findings(name, data["runs"], family, means, f"{stem('findings')}.md", f"{stem('findings')}.html")
     written += [f"{stem('findings')}.md", f"{stem('findings')}.html"]
     planned = {f"{stem(s)}.{e}" for s, exts in plan.items() for e in exts}
     if planned != set(written):  # a bug, not a user error: Snakemake would miss or reject files

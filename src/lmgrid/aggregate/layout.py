@@ -51,6 +51,8 @@ def study_plan(study: dict) -> dict[str, list[str]]:
         plan["gates_effect"] = list(TABLE_EXTS)  # the trend test (aggregate.effects.gate_trends)
         plan["gate_steps"] = ["tex"]  # its step changes, a LaTeX table of their own
         plan["gate_means"] = list(TABLE_EXTS)  # per n_step, with intervals over seeds
+        plan["gates_vs_position"] = list(FIGURE_EXTS)  # per window position and n_step (aggregate.positions)
+        plan["gate_positions"] = list(TABLE_EXTS)  # each position's slope on n_step
     for arch, impl in gated:
         plan[f"saturation_{arch}_{impl}"] = list(FIGURE_EXTS)
     return plan
@@ -74,6 +76,8 @@ REPORT_KINDS = {
     "gates_vs_nstep": ("png", "gates_vs_nstep.rst", "gate means against context length"),
     "gates_effect": ("html", "gates_effect.rst", "gate trend against context length"),
     "gate_means": ("html", "gate_means.rst", "gate means per context length, 95% CI"),
+    "gates_vs_position": ("png", "gates_vs_position.rst", "gate means against window position"),
+    "gate_positions": ("html", "gate_positions.rst", "gate slope at each window position"),
     "findings": ("html", "findings.rst", "findings"),
     "saturation": ("png", "saturation.rst", "per-unit gate saturation"),
     "embeddings": ("html", "embeddings.rst", "word vectors: benchmarks"),
@@ -81,9 +85,9 @@ REPORT_KINDS = {
     "embeddings_map": ("png", "embeddings_map.rst", "word vectors: map of frequent words"),
 }
 # The order of a study's items in the report: its main figure first (main_figure), then the table and the findings.
-REPORT_ORDER = ["main", "table", "findings", "ppl_vs_nstep", "ppl_vs_layers", "gates_vs_nstep", "gates_effect",
-                "gate_means", "curves", "valid_curves", "saturation", "embeddings", "embeddings_neighbours", "embeddings_map"]
-GATE_KINDS = ("gates_vs_nstep", "gates_effect", "gate_means", "saturation")
+REPORT_ORDER = ["main", "table", "findings", "ppl_vs_nstep", "ppl_vs_layers", "gates_vs_nstep", "gates_vs_position",
+                "gates_effect", "gate_positions", "gate_means", "curves", "valid_curves", "saturation", "embeddings", "embeddings_neighbours", "embeddings_map"]
+GATE_KINDS = ("gates_vs_nstep", "gates_vs_position", "gates_effect", "gate_positions", "gate_means", "saturation")
 
 
 def _kind(stem: str) -> str:

@@ -17,6 +17,7 @@ DISPLAY = {
     "lstm": "LSTM",
     "lstm/cell": "LSTM (cell)",
     "lstm/concat": "LSTM (concat)",
+    "lstm/cellonebias": "LSTM (cell, one bias)",
     "gru": "GRU",
     "gru/cell": "GRU (cell)",
     "transformer": "Transformer",

@@ -4,7 +4,8 @@ Every figure is made at the size it is printed: one column of a two-column paper
 width (FULL_IN), with 7-8 pt text (PAPER_STYLE, the one place that sets sizes and fonts) and TrueType (Type 42)
 fonts in the PDF, as the ACL and IEEE checkers ask.  Axes are labelled in words with units; legends use the display
 names of aggregate.names (n-gram models first, in a fixed order).  No figure carries a title: that is the
-caption's job (workflow/report/*.rst); panel labels say in words what a panel shows.  Means are over seeds; error
+caption's job (workflow/report/*.rst); panel labels say in words what a panel shows.  The gate figures are in
+aggregate.gate_plots.  Means are over seeds; error
 bars and bands only where a point rests on 2 or more seeds.  Layers are numbered from 1.
 """
 from __future__ import annotations
@@ -22,12 +23,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import atomic_write  # noqa: E402
-from ..gate_facts import saturation_bounds  # noqa: E402
 from . import names  # noqa: E402
 
-GATE_NAMES = {"i": "input gate i", "f": "forget gate f", "o": "output gate o", "g": "candidate g",
-              "z": "update gate z", "r": "reset gate r"}
-GATE_ORDER = ["i", "f", "o", "g", "z", "r"]
 NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": (0, (7, 2))}
 NGRAM_MARKER = {"addk": "v", "katz": "^", "kn": "s", "mkn": "D"}
 # One colour per model id, in the order of names.DISPLAY, so a model has the same colour in every figure.
@@ -260,77 +257,6 @@ def curves(logs: pd.DataFrame, stem: str) -> list[str]:
     return save(fig, stem)
 
 
-def _gate_panels(df: pd.DataFrame, layer_first: bool) -> list[tuple[int, str]]:
-    rank = {g: i for i, g in enumerate(GATE_ORDER)}
-    panels = {(int(layer), gate) for layer, gate in zip(df["layer"], df["gate"])}
-    return sorted(panels, key=lambda p: (p[0], rank.get(p[1], 99)) if layer_first else (rank.get(p[1], 99), p[0]))
-
-
-@paper_style
-def gate_means(gates: pd.DataFrame, stem: str) -> list[str]:
-    """Mean gate activation against n_step (gate values with an effect only), one panel per gate and layer
-    (layers from 1); error bars: the 95% t interval over seeds (none with one seed).  One legend for the figure."""
-    from .effects import gate_means_by_nstep
-
-    df = gate_means_by_nstep(gates)
-    raw = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
-    parts = ["layers"] if raw["layers"].nunique() > 1 else []
-    panels = _gate_panels(df, layer_first=False)
-    series = _series(df.assign(regime="window"), parts)
-    fig, axes = _grid(len(panels), 1.6, ncols_max=4, extra_h=0.15 * math.ceil(len(series) / 4))
-    colours = _colours(series)
-    handles = {}
-    for ax, (layer, gate) in zip(axes, panels):
-        p = df[(df["layer"] == layer) & (df["gate"] == gate)].assign(regime="window")
-        for name, _, per in _series(p, parts):
-            yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
-            handles[name] = _bars(ax, per["n_step"], per["mean"], yerr, per["seeds"], marker="o",
-                                  color=colours[name], label=name)
-        ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
-        ax.set_xticks(sorted(p["n_step"].unique()))
-    fig.supxlabel(NSTEP_LABEL, fontsize=PAPER_STYLE["axes.labelsize"])
-    fig.supylabel("mean gate activation", fontsize=PAPER_STYLE["axes.labelsize"])
-    fig.legend(handles=[handles[n] for n, _, _ in series if n in handles], loc="outside upper center",
-               ncol=min(len(handles), 4))
-    return save(fig, stem)
-
-
-@paper_style
-def saturation(gates: pd.DataFrame, stem: str) -> list[str]:
-    """Per-unit fraction of time left-saturated (< 0.1; g: < -0.9) against right-saturated (> 0.9), after
-    Karpathy, Johnson & Fei-Fei (2015), one panel per gate and layer (layers from 1); the first seed of each
-    cell."""
-    df = gates[gates["scope"] == "unit"]
-    df = df[df["seed"] == df.groupby(["n_step", "layers", "regime"])["seed"].transform("min")]
-    varying = [c for c in ("n_step", "layers", "regime") if df[c].nunique() > 1] or ["n_step"]
-    panels = _gate_panels(df, layer_first=True)
-    n_gates = len({g for _, g in panels}) or 1
-    fig, axes = _grid(max(len(panels), 1), 1.85, ncols_max=n_gates, extra_h=0.2)
-    series = df.assign(series=[_series_label(r, varying).split(", ", 1)[-1] for _, r in df.iterrows()])
-    labels = sorted(series["series"].unique(), key=lambda s: [int(t) if t.isdigit() else t for t in
-                                                              s.replace("=", " ").split()])
-    cmap = plt.get_cmap("viridis")
-    colours = {n: cmap(i / max(len(labels) - 1, 1)) for i, n in enumerate(labels)}
-    for i, (ax, (layer, gate)) in enumerate(zip(axes, panels)):
-        p = series[(series["layer"] == layer) & (series["gate"] == gate)]
-        for name in labels:
-            s = p[p["series"] == name]
-            ax.scatter(s["frac_left_saturated"], s["frac_right_saturated"], s=6, alpha=0.7, color=colours[name],
-                       label=name, edgecolors="none")
-        ax.plot([0, 1], [1, 0], color="grey", lw=0.6, ls=":")
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_aspect("equal")
-        ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
-        low, high = saturation_bounds(gate)
-        ax.set_xlabel(f"fraction of steps < {low:g}")
-        ax.set_ylabel(f"fraction of steps > {high:g}" if i % n_gates == 0 else "")
-    if panels:
-        handles, names_ = axes[0].get_legend_handles_labels()
-        fig.legend(handles, names_, loc="outside lower center", ncol=min(len(labels), 6), markerscale=1.5)
-    return save(fig, stem)
-
-
 @paper_style
 def run_curve(log: pd.DataFrame, stem: str, title: str) -> list[str]:
     """One run's train and valid PPL per epoch (the MLflow artifact beside log.csv), a column wide."""
@@ -346,5 +272,5 @@ def run_curve(log: pd.DataFrame, stem: str, title: str) -> list[str]:
     return save(fig, stem, exts=("png",))
 
 
-__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "gate_means", "saturation", "run_curve", "save", "figure",
+__all__ = ["ppl_vs_nstep", "ppl_vs_layers", "curves", "run_curve", "save", "figure",
            "PAPER_STYLE", "COLUMN_IN", "FULL_IN"]

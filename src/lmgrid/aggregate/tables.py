@@ -75,6 +75,7 @@ BOLD_SHORT = "Bold: lowest mean, where its mean + std is below every other model
 # One column of a two-column `article` page is 229 pt wide; at \small a digit is 4.5 pt (_text_pt) and each
 # column adds 2 x \tabcolsep = 8 pt (checked by compiling the tables: the estimate is within a few pt).
 COLUMN_PT, GAP_PT = 229.0, 8.0
+FULL_PT = 2 * COLUMN_PT + 10.0  # both columns and the gap between them (\columnsep): a table*'s width
 
 
 def pivot(summary: pd.DataFrame, split: str = "test", oracle_ppl: float | None = None) -> PivotTable:
@@ -219,7 +220,8 @@ FITS = (("\\small", 1.0, 4), ("\\small", 1.0, 3), ("\\footnotesize", 8 / 9, 3))
 def fit_latex(tex: str, text_width: float, n_columns: int, first_rule_after: int = 0) -> str:
     """Set a Styler/booktabs table for a two-column page, in `table` at the first setting of FITS whose estimated
     width (text_width: the widest entries at \\small, gaps excluded) fits COLUMN_PT; only when none does, in `table*`
-    across both columns at \\small (said in a comment).  With first_rule_after > 0, a \\midrule after that many
+    across both columns (said in a comment), at the first setting that fits their width FULL_PT, else
+    \\footnotesize.  With first_rule_after > 0, a \\midrule after that many
     body rows (n-gram models above neural)."""
     lines = tex.rstrip("\n").split("\n")
     if first_rule_after:
@@ -227,13 +229,15 @@ def fit_latex(tex: str, text_width: float, n_columns: int, first_rule_after: int
         if head + 1 + first_rule_after < len(lines) and not lines[head + 1 + first_rule_after].startswith("\\"):
             lines.insert(head + 1 + first_rule_after, "\\midrule")
     fits = [(size, sep) for size, scale, sep in FITS if text_width * scale + 2 * sep * n_columns <= COLUMN_PT]
-    size, sep = fits[0] if fits else FITS[0][::2]
+    # Across both columns: the first setting that fits the text width, else \footnotesize (the narrowest).
+    wide = [(size, sep, scale) for size, scale, sep in FITS if text_width * scale + 2 * sep * n_columns <= FULL_PT]
+    size, sep, scale = (*fits[0], 1.0) if fits else wide[0] if wide else (FITS[-1][0], FITS[-1][2], FITS[-1][1])
     at = lines.index("\\centering") + 1
     lines[at:at] = [size, f"\\setlength{{\\tabcolsep}}{{{sep}pt}}"]
     tex = "\n".join(lines)
     if not fits:
-        width = text_width + 2 * sep * n_columns
-        tex = (f"% table*: about {width:.0f} pt wide at \\small, more than one column of a two-column page "
+        width = text_width * scale + 2 * sep * n_columns
+        tex = (f"% table*: about {width:.0f} pt wide at {size}, more than one column of a two-column page "
                f"({COLUMN_PT:.0f} pt) even at \\footnotesize; set across both columns on purpose\n"
                + tex.replace("\\begin{table}", "\\begin{table*}").replace("\\end{table}", "\\end{table*}"))
     return tex

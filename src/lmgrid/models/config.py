@@ -14,7 +14,7 @@ from lmgrid.errors import LmgridError
 IMPLS: dict[str, tuple[str, ...]] = {
     "ffnn": ("torch",),
     "rnn": ("torch",),
-    "lstm": ("torch", "cell", "concat"),
+    "lstm": ("torch", "cell", "concat", "cellonebias"),
     "gru": ("torch", "cell"),
     "transformer": ("torch",),
 }
@@ -26,7 +26,7 @@ OUTPUT_LAYERS = ("full", "adaptive")
 class ModelConfig:
     arch: str  # ffnn | rnn | lstm | gru | transformer
     vocab_size: int
-    impl: str = "torch"  # lstm: torch | cell | concat ; gru: torch | cell ; others: torch
+    impl: str = "torch"  # lstm: torch | cell | concat | cellonebias ; gru: torch | cell ; others: torch
     n_step: int = 5  # window size including the target: a window model sees n_step-1 context tokens
     layers: int = 1
     emb_dim: int = 64  # unused by the transformer, whose token embedding is hidden_dim wide

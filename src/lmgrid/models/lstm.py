@@ -8,13 +8,17 @@
                 c' = f * c + i * g                              h' = o * tanh(c')
 * `concat`: one projection of the concatenation [h_{t-1}; x_t] per gate, as in course slides:
                 (i, f, g, o) = act(W [h; x] + b)
+* `cellonebias`: the ablation of `cell` that tests the explanation below: the same code, with its second bias b_h*
+            held at zero (a buffer, not a parameter), so its one bias takes concat's step.
 
 `cell` and `concat` are the same function: W [h; x] + b = W_h h + W_x x + b, so W = [W_hh | W_ih] and
 b = b_ih + b_hh maps a cell onto a concat model, and (W_hh, W_ih, b, 0) maps any concat model back. The only
 difference is the cell's redundant second bias: from mapped weights the two compute the same outputs, but they
 do not train alike, because both of the cell's biases receive the bias gradient, so its effective bias b_ih + b_hh
 takes twice the step of concat's single b (SGD and Adam alike). On PTB (docs/ptb_course_report_findings.md) concat
-ended 4.5 test PPL above cell and torch over 3 paired seeds, an interval that excludes 0.
+ended 4.5 test PPL above cell and torch over 3 paired seeds, an interval that excludes 0. `cellonebias` is cell's
+code with concat's bias parameterisation (the same function and the same gradients as concat, any optimiser): if
+the bias accounts for the gap, it lands with concat, away from cell and torch (course_report, study lstm_impls).
 
 Every implementation keeps the four gates' weights stacked in nn.LSTM's order (i, f, g, o) so that weights
 map between them by plain copies (`LSTMLM.copy_weights_from`), and every implementation's state is
@@ -102,25 +106,31 @@ class LSTMCellStack(nn.Module):
     bias_ih_l{k}, bias_hh_l{k}); rows k*H:(k+1)*H of each are gate k's W_i*, W_h*, b_i*, b_h*."""
 
     def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
-                 residual: bool = False):
+                 residual: bool = False, second_bias: bool = True):
         super().__init__()
         self.hidden, self.layers, self.dropout, self.compiled = hidden, layers, dropout, compiled
-        self.residual = residual
+        self.residual, self.second_bias = residual, second_bias
         for k in range(layers):
             in_k = input_size if k == 0 else hidden
             setattr(self, f"weight_ih_l{k}", nn.Parameter(torch.empty(4 * hidden, in_k)))
             setattr(self, f"weight_hh_l{k}", nn.Parameter(torch.empty(4 * hidden, hidden)))
             setattr(self, f"bias_ih_l{k}", nn.Parameter(torch.empty(4 * hidden)))
-            setattr(self, f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * hidden)))
+            if second_bias:
+                setattr(self, f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * hidden)))
+            else:  # `cellonebias`: b_h* stays 0 (no gradient, no optimiser state, not in the checkpoint)
+                self.register_buffer(f"bias_hh_l{k}", torch.zeros(4 * hidden), persistent=False)
 
     def torch_layout(self):
         return torch_layout(self, self.layers)
 
     def load_torch_layout(self, weights):
+        """Copies; without a second bias, b_ih + b_hh goes into the one bias (the mapping concat uses)."""
         with torch.no_grad():
-            for k, ws in enumerate(weights):
-                for mine, w in zip(torch_layout(self, self.layers)[k], ws):
-                    mine.copy_(w)
+            for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):
+                mine = torch_layout(self, self.layers)[k]
+                bias = (b_ih, b_hh) if self.second_bias else (b_ih + b_hh, torch.zeros_like(b_hh))
+                for m, w in zip(mine, (w_ih, w_hh, *bias)):
+                    m.copy_(w)
 
     def forward(self, x, state, return_gates=False):
         return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, return_gates, self.compiled,
@@ -268,8 +278,9 @@ class LSTMLM(LMBase):
         with construction_draws_discarded():
             if cfg.impl == "torch":
                 self.rnn = library_stack(nn.LSTM, cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.residual)
-            elif cfg.impl == "cell":
-                self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual)
+            elif cfg.impl in ("cell", "cellonebias"):
+                self.rnn = LSTMCellStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile, cfg.residual,
+                                         second_bias=cfg.impl == "cell")
             else:
                 self.rnn = ConcatLSTMStack(cfg.emb_dim, cfg.hidden_dim, cfg.layers, between, cfg.compile,
                                            cfg.residual)

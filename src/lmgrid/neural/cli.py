@@ -81,7 +81,7 @@ def _live(a) -> dict | None:
 def register(sub) -> None:
     s = sub.add_parser("train", help="train one neural model (a grid cell) and write its run folder")
     s.add_argument("--arch", required=True, help="ffnn, rnn, lstm, gru or transformer")
-    s.add_argument("--impl", default="torch", help="implementation: torch, or for lstm cell/concat, for gru cell")
+    s.add_argument("--impl", default="torch", help="implementation: torch, or for lstm cell/concat/cellonebias, for gru cell")
     s.add_argument("--n-step", type=int, required=True, help="window size incl. the target (stream: ignored, 0)")
     s.add_argument("--layers", type=int, default=1, help="stacked layers (default 1)")
     s.add_argument("--regime", default="window", help="window or stream (docs/models.md, Regimes)")

@@ -1,0 +1,202 @@
+"""The statistics behind the gate and implementation findings (aggregate.effects, aggregate.positions), on planted
+data with a known answer, each against a hand computation and with the mutation it kills run as a control."""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from lmgrid.aggregate import effects, positions
+
+N_STEPS = (2, 3, 5, 7, 9)
+SEEDS = (1, 2, 3, 4, 5)
+
+
+def planted_gates(mean_at, seeds=SEEDS, n_steps=N_STEPS, noise=0.002, gate="i") -> pd.DataFrame:
+    """gates.csv rows (scope `position` and `all`) of LSTM runs whose gate mean at window position p of a run at
+    n_step n is mean_at(n, p) plus noise; positions 0..n-2 (the window's input tokens), fewer tokens at the oldest
+    positions (left padding), and the pooled row the count-weighted mean of the position rows, as neural.gates
+    writes them."""
+    rng = np.random.default_rng(7)
+    rows = []
+    key = {"model": "lstm", "arch": "lstm", "impl": "torch", "layers": 1, "regime": "window", "layer": 0,
+           "gate": gate, "std": 0.2, "frac_left_saturated": 0.0, "frac_right_saturated": 0.0}
+    for seed in seeds:
+        for n in n_steps:
+            pos = list(range(n - 1))
+            tokens = [1000 - 40 * (n - 2 - p) for p in pos]
+            means = [mean_at(n, p) + noise * rng.standard_normal() for p in pos]
+            for p, m, c in zip(pos, means, tokens):
+                rows.append({**key, "seed": seed, "n_step": n, "scope": "position", "index": p, "mean": m, "count": c})
+            pooled = sum(m * c for m, c in zip(means, tokens)) / sum(tokens)
+            rows.append({**key, "seed": seed, "n_step": n, "scope": "all", "index": -1, "mean": pooled,
+                         "count": sum(tokens) * 8})
+    return pd.DataFrame(rows)
+
+
+def position_answer(gates: pd.DataFrame) -> tuple[str, str, str]:
+    """(pooled direction, verdict at matched positions, pooled-trend verdict) of the one gate of `gates`."""
+    t = effects.gate_family(gates)["trends"].iloc[0]
+    return t["direction"], t["at_matched_positions"], t["position_profile"]
+
+
+def test_a_gate_set_by_position_alone_has_no_nstep_effect_at_matched_positions(monkeypatch):
+    """A planted gate that depends on the window position only (0.30 + 0.02 per position): pooled over the window it
+    rises with n_step (the confound: a longer window holds more late positions; the pooled analysis is the negative
+    control that must see a slope), at the positions every n_step shares and at each position on its own it does not
+    change, and the pooled trend is called a position profile.  A gate set by n_step alone is called an n_step
+    effect at matched positions (the positive control).  Mutation killed, run here: "matched positions" that pool
+    every position of each run (shared_positions returning all of them) see the pooled slope again."""
+    by_position = planted_gates(lambda n, p: 0.30 + 0.02 * p)
+    fam = effects.gate_family(by_position)
+    t = fam["trends"].iloc[0]
+    assert (t["direction"], t["at_matched_positions"], t["position_profile"]) == (
+        "rises", "no clear change", "a position profile")
+    assert t["matched_positions"] == "0" and abs(t["matched_slope"]) < 0.001 < t["slope_per_nstep"]
+    assert t["profile_slope"] == pytest.approx(t["slope_per_nstep"], abs=1e-3)
+    assert set(fam["positions"]["verdict"]) == {"no clear trend"}
+
+    by_window = planted_gates(lambda n, p: 0.30 + 0.01 * n)
+    assert position_answer(by_window) == ("rises", "rises", "beyond the position profile")
+
+    monkeypatch.setattr(positions, "shared_positions", lambda g: sorted(g["position"].unique()))
+    assert position_answer(by_position)[1] == "rises"  # the mutant reads the confound as a window effect
+
+
+def test_holm_against_a_hand_computation():
+    """Holm's step-down adjustment of p = (0.01, 0.04, 0.03, 0.005, NaN), by hand: sorted 0.005 x 4 = 0.02,
+    0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 raised to 0.06 (adjusted p never fall along the order); the
+    NaN is no test.  Mutations killed, run here as controls: Bonferroni (every p x m) and Holm without the running
+    maximum."""
+    p = [0.01, 0.04, 0.03, 0.005, math.nan]
+    want = [0.03, 0.06, 0.06, 0.02, math.nan]
+    assert effects.holm(p) == pytest.approx(want, nan_ok=True)
+    bonferroni = [min(1.0, v * 4) for v in p]
+    no_max = [0.03, 0.04, 0.06, 0.02, math.nan]
+    for mutant in (bonferroni, no_max):
+        assert mutant != pytest.approx(want, nan_ok=True)
+
+
+def test_steps_use_welch_and_an_up_and_down_shape_is_non_monotone(monkeypatch):
+    """Each n_step against the next: the difference of the means with the Welch interval and Welch-Satterthwaite df,
+    recomputed by hand (unequal spreads: seeds vary more at n_step 5); a planted shape that rises 2→5 and falls back
+    5→9 (symmetric, so its slope is near 0) is `non-monotone`.  Mutations killed, run here: equal-variance
+    (Student) steps, whose df is n1 + n2 - 2 = 8; and the non-monotone rule removed, which leaves the shape to the
+    slope test."""
+    rng = np.random.default_rng(3)
+    spread = {2: 0.002, 5: 0.02, 9: 0.002}
+    level = {2: 0.30, 5: 0.50, 9: 0.30}
+    noise = {(s, n): spread[n] * rng.standard_normal() for s in SEEDS for n in level}
+    gates = planted_gates(lambda n, p: level[n], n_steps=(2, 5, 9), noise=0.0)
+    gates["mean"] += [noise[(s, n)] for s, n in zip(gates["seed"], gates["n_step"])]
+    steps = effects.gate_family(gates)["steps"]
+
+    def hand(a, b):
+        x = gates[(gates["scope"] == "all") & (gates["n_step"] == a)]["mean"].tolist()
+        y = gates[(gates["scope"] == "all") & (gates["n_step"] == b)]["mean"].tolist()
+        va, vb = statistics.variance(x) / len(x), statistics.variance(y) / len(y)
+        df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
+        d = statistics.fmean(y) - statistics.fmean(x)
+        half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+        return d, d - half, d + half, df
+
+    def problems(steps):
+        out = []
+        for (a, b), row in zip(((2, 5), (5, 9)), steps.itertuples()):
+            got = (row.diff, row.ci_low, row.ci_high, row.df)
+            if got != pytest.approx(hand(a, b), rel=1e-6):
+                out.append(f"{a}→{b}: {got} against {hand(a, b)}")
+        return out
+
+    assert problems(steps) == []
+    trend = effects.gate_family(gates)["trends"].iloc[0]
+    assert trend["direction"] == "non-monotone" and list(steps["verdict"]) == ["up", "down"]
+
+    real_welch = effects.welch
+    monkeypatch.setattr(effects, "welch", lambda a, b: (*real_welch(a, b)[:4], float(len(a) + len(b) - 2)))
+    assert problems(effects.gate_family(gates)["steps"]) != []  # Student's df: the mutant is caught
+    monkeypatch.setattr(effects, "welch", real_welch)
+    monkeypatch.setattr(effects, "non_monotone", lambda verdicts: False)
+    assert effects.gate_family(gates)["trends"].iloc[0]["direction"] != "non-monotone"
+
+
+def impl_runs() -> pd.DataFrame:
+    """Test PPL of four LSTM impls over 4 seeds (made-up numbers, paired by seed), one n_step 5 cell."""
+    ppl = {"torch": [300.0, 302.0, 305.0, 299.0], "cell": [300.5, 301.5, 305.5, 299.0],
+           "concat": [304.0, 307.0, 309.5, 303.0], "cellonebias": [304.5, 306.0, 310.0, 304.0]}
+    return pd.DataFrame([{"arch": "lstm", "impl": impl, "model": f"lstm/{impl}", "n_step": 5, "layers": 1,
+                          "regime": "window", "seed": seed, "test_ppl": v}
+                         for impl, values in ppl.items() for seed, v in zip((1, 2, 3, 4), values)])
+
+
+def impl_problems(runs: pd.DataFrame, got: pd.DataFrame) -> list[str]:
+    """impl_differences' table against a hand computation: each impl against torch once (no pair of two non-default
+    impls), the paired mean difference, its t interval with df = seeds - 1, p, and Holm over the three contrasts."""
+    out = []
+    if {(a, b) for a, b in zip(got["impl_a"], got["impl_b"])} != {("torch", "cell"), ("torch", "concat"),
+                                                                   ("torch", "cellonebias")}:
+        out.append(f"pairs {sorted(zip(got['impl_a'], got['impl_b']))}")
+        return out
+    ref = runs[runs["impl"] == "torch"].set_index("seed")["test_ppl"]
+    ps = {}
+    for impl in ("cell", "concat", "cellonebias"):
+        d = (runs[runs["impl"] == impl].set_index("seed")["test_ppl"] - ref).tolist()
+        m, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+        half = stats.t.ppf(0.975, len(d) - 1) * se
+        ps[impl] = 2 * stats.t.sf(abs(m / se), len(d) - 1)
+        row = got[got["impl_b"] == impl].iloc[0]
+        if (row["diff_b_minus_a"], row["ci_low"], row["ci_high"], row["df"], row["p"]) != pytest.approx(
+                (m, m - half, m + half, 3, ps[impl]), rel=1e-6):
+            out.append(f"{impl}: {row.to_dict()}")
+    order = sorted(ps, key=ps.get)
+    holm = {}
+    for i, impl in enumerate(order):
+        holm[impl] = min(1.0, max([(3 - i) * ps[impl]] + [holm[o] for o in order[:i]]))
+    for impl, want in holm.items():
+        if got[got["impl_b"] == impl]["p_holm"].iloc[0] != pytest.approx(want, rel=1e-6):
+            out.append(f"{impl}: p_holm {got[got['impl_b'] == impl]['p_holm'].iloc[0]} against {want}")
+    return out
+
+
+def test_impl_differences_against_a_hand_computation(monkeypatch):
+    """impl_differences (aggregate.effects): each impl against nn.LSTM once, paired by seed, t interval (df 3), p and
+    Holm over the contrasts, recomputed by hand.  Mutations killed, run here as controls: every pair of impls (the
+    old table, where "concat vs cell" repeated "concat vs torch"), no Holm adjustment, and a normal (z) interval in
+    place of the t interval."""
+    import itertools
+
+    runs = impl_runs()
+    assert impl_problems(runs, effects.impl_differences(runs)) == []
+    got = effects.impl_differences(runs).set_index("impl_b")
+    assert got.loc["concat", "verdict"] == "concat higher" and got.loc["cell", "verdict"] == "no clear difference"
+
+    every_pair = pd.DataFrame([{"impl_a": a, "impl_b": b} for a, b in itertools.combinations(
+        ["torch", "cell", "concat", "cellonebias"], 2)])
+    assert impl_problems(runs, every_pair) != []
+    monkeypatch.setattr(effects, "holm", lambda p: np.asarray(p, dtype=float))
+    assert impl_problems(runs, effects.impl_differences(runs)) != []
+    monkeypatch.undo()
+    monkeypatch.setattr(effects, "t_interval", lambda v: (np.mean(v) - 1.96 * stats.sem(v),
+                                                          np.mean(v) + 1.96 * stats.sem(v)))
+    assert impl_problems(runs, effects.impl_differences(runs)) != []
+
+
+def test_the_bias_ablation_verdict_reads_the_one_bias_cell():
+    """The findings' bias ablation: concat above nn.LSTM, the cell without its second bias with it and the cell not:
+    "accounts for it".  Control, run here: the same table with the one-bias cell's numbers set to the cell's (the
+    mutation "the ablation reads the cell instead of the one-bias cell", or a one-bias cell that trains like the
+    cell) must say it does not account for it."""
+    from lmgrid.aggregate import findings
+
+    runs = impl_runs()
+    (text,) = findings._ablation_sentences(effects.impl_differences(runs))
+    assert "accounts for it" in text and "does not" not in text
+    like_cell = runs.copy()
+    cell = runs[runs["impl"] == "cell"]["test_ppl"].to_numpy()
+    like_cell.loc[like_cell["impl"] == "cellonebias", "test_ppl"] = cell
+    (text,) = findings._ablation_sentences(effects.impl_differences(like_cell))
+    assert "does not account for it" in text
