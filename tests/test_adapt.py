@@ -253,7 +253,7 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
 
     result = tune.adapt(model, valid, test, method, grid=grid, bptt=BPTT)
     assert tuned_on_valid(result)
-    assert json.dumps({k: v for k, v in result.items() if k != "test_log_probs"})  # a JSON-able record
+    assert json.dumps({k: v for k, v in result.items() if not k.endswith("_log_probs")})  # a JSON-able record
     calls.clear()
     swapped = tune.adapt(model, test, valid, method, grid=grid, bptt=BPTT)  # mutation: tuned on test
     assert not tuned_on_valid(swapped)

@@ -1,14 +1,20 @@
 # Per-token scores of the cells the combinations use, and the combinations (lmgrid.combine; docs/contracts.md,
 # "Score files").  token_scores is a rule of its own, after training: it re-runs a cell's evaluation pass from its
-# model file (the train and ngram rules are unchanged, so no cell retrains for it).  A combination's inputs are
+# model file (the train and ngram rules are unchanged, so no cell retrains for it); adapt_scores does the same with
+# a test-time mode (a neural cache, dynamic evaluation).  A combination's inputs are
 # its components' score files: a changed component reruns only the combinations that use it.
-from lmgrid.combine.cells import MODES as SCORE_MODES
+import re
+
+from lmgrid.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of
 from lmgrid.combine.scorefile import SCORE_DIR, SPLITS as SCORE_SPLITS
 from lmgrid.combine.select import label as combine_label
 from lmgrid.combine.select import resolve as resolve_combine
 from lmgrid.combine.select import score_dir
 
-COMBINE, _combine_notes = resolve_combine(config)
+try:
+    COMBINE, _combine_notes = resolve_combine(config)
+except LmgridError as _e:  # a test-time mode on a window-regime cell
+    sys.exit(f"lmgrid: error: {_e}")
 for _note in _combine_notes:
     print(f"lmgrid: {_note}", file=sys.stderr)
 COMBINE_DIR = "results/{corpus}/combine/{combo}"
@@ -34,7 +40,7 @@ rule token_scores:
     output:
         **{f"{s}_{e}": f"{SCORE_DIR}/{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")},
     wildcard_constraints:
-        mode="|".join(SCORE_MODES),
+        mode="base",
     params:
         run_dir=RUN_DIR,
         out_dir=SCORE_DIR,
@@ -55,9 +61,46 @@ rule token_scores:
         "--vocab {input.vocab} --mode {wildcards.mode} --out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
 
 
+# A stream cell scored with a test-time mode (lmgrid.combine.adapted): settings chosen on valid from the config's
+# adapt: grids (a params: changing a grid reruns the modes that use it), test scored once; adapt.json records the
+# choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.
+rule adapt_scores:
+    input:
+        metrics=f"{RUN_DIR}/metrics.json",
+        model=f"{RUN_DIR}/model.ckpt",
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+        vocab="results/{corpus}/vocab.json",
+    output:
+        **{f"{s}_{e}": f"{SCORE_DIR}/{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")},
+        settings=f"{SCORE_DIR}/{ADAPT_SETTINGS}",
+    wildcard_constraints:
+        mode="|".join(re.escape(m) for m in ADAPTED_MODES),
+    params:
+        run_dir=RUN_DIR,
+        out_dir=SCORE_DIR,
+        grid=lambda w: shlex.quote(json.dumps(grid_of(w.mode, config["adapt"]), sort_keys=True)),
+    threads: train_threads
+    resources:
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+    log:
+        beside_runs("logs/token_scores", "_{mode}.log"),
+    conda:
+        ENV
+    message:
+        brief("{wildcards.corpus}: {wildcards.mode} of {wildcards.arch} n{wildcards.n_step} l{wildcards.layers} "
+              "{wildcards.regime} s{wildcards.seed}, tuned on valid")
+    shell:
+        "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
+        "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} --out-dir {params.out_dir} "
+        "> {log} 2>&1 && tail -n 1 {log}"
+
+
 def _combine_inputs(w):
-    return [f"{score_dir(w.corpus, key, mode)}/{s}.{e}" for key, mode in COMBINE[w.combo]
-            for s in SCORE_SPLITS for e in ("npy", "json")]
+    return [f"{score_dir(w.corpus, key, mode)}/{f}" for key, mode in COMBINE[w.combo]
+            for f in [f"{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")]
+            + ([ADAPT_SETTINGS] if mode != "base" else [])]
 
 
 def _combine_args(w):

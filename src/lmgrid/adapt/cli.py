@@ -55,6 +55,7 @@ def cmd_adapt(a) -> None:
     valid, test = split_stream(lm.vocab, a.valid), split_stream(lm.vocab, a.test)
     result = adapt(lm.model, valid, test, a.method, grid=grid, **settings)
     test_logp = result.pop("test_log_probs")
+    result.pop("valid_log_probs")
     if a.log_probs:
         with open(a.log_probs, "wb") as fh:
             np.save(fh, test_logp)

@@ -66,7 +66,9 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
     dynamic evaluation's valid pass with those settings.
 
     Returns {method, settings, valid_ppl, test_ppl, base_valid_ppl, base_test_ppl, grid (rows with valid_ppl),
-    tune_s, test_s, test_log_probs}; base PPLs are the model's own single-stream ones (stream.stream_states)."""
+    tune_s, test_s, valid_log_probs, test_log_probs}; base PPLs are the model's own single-stream ones
+    (stream.stream_states); valid_log_probs are valid's at the chosen settings (what a mixture fits its weights
+    on), from the tuning passes themselves: valid is not read again."""
     if method not in METHODS:
         raise LmgridError(f"adapt: method {method!r} is not one of {', '.join(METHODS)}")
     t0 = time.time()
@@ -91,6 +93,9 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
                                              grid_points(cache_grid))
         rows += [{**settings, **r} for r in cache_rows]
         settings = {**settings, **cached}
+        valid_logp = cache_mix(*valid_states, **cached)
+    else:
+        valid_logp = valid_states[1].numpy()
     tune_s = time.time() - t0
     t1 = time.time()
     # The one adapted pass over test, with the settings valid chose.
@@ -104,8 +109,8 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
                               **{k: settings[k] for k in CACHE_GRID})
     test_s = time.time() - t1
     _, base_test_logp, _ = stream_states(model, test_ids, segment=segment)
-    valid_ppl = min(r["valid_ppl"] for r in rows if all(r.get(k) == v for k, v in settings.items()))
-    return {"method": method, "settings": settings, "valid_ppl": valid_ppl,
+    return {"method": method, "settings": settings, "valid_ppl": perplexity_of(valid_logp),
             "test_ppl": perplexity_of(test_logp), "base_valid_ppl": perplexity_of(base_logp),
             "base_test_ppl": perplexity_of(base_test_logp), "grid": rows,
-            "tune_s": round(tune_s, 3), "test_s": round(test_s, 3), "test_log_probs": test_logp}
+            "tune_s": round(tune_s, 3), "test_s": round(test_s, 3), "valid_log_probs": valid_logp,
+            "test_log_probs": test_logp}

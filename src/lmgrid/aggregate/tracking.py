@@ -447,6 +447,13 @@ class Syncer:
             params[f"component_{i}"] = label
             params[f"weight_{i}"] = f"{w:.6g}"
             final[f"component_{i}_valid_ppl"], final[f"component_{i}_test_ppl"] = v, t
+        # Test-time modes (lmgrid.combine.adapted): the mode, the settings chosen on valid, the one-stream base PPLs.
+        for i, c in enumerate(result.get("components", [])):
+            params[f"component_{i}_mode"] = c.get("mode", "base")
+            if c.get("adapt"):
+                params.update({f"component_{i}_{k}": str(v) for k, v in c["adapt"]["settings"].items()})
+                final[f"component_{i}_base_valid_ppl"] = c["adapt"]["base_valid_ppl"]
+                final[f"component_{i}_base_test_ppl"] = c["adapt"]["base_test_ppl"]
         _log_all(self.client, rid, params, {}, final, [], int(time.time() * 1000))
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "combination").mkdir()

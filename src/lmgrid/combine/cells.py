@@ -1,11 +1,12 @@
 """A cell's per-token scores, by mode, written as score files (lmgrid.combine.scorefile).
 
-A mode is a function `(run_dir, paths, vocab) -> {split: (logprob [N], ppl)}`: the log-probability (nats) of every
-counted target of valid and test in corpus order, and the PPL its own evaluation reports for that split, which the
-file must reproduce (scorefile.PPL_RTOL).  `base` is the run as trained: it re-runs the very pass that produced
-metrics.json's valid_ppl and test_ppl and claims those figures, so a file that is not that pass fails its check.
-Test-time modes (a neural cache, dynamic evaluation: lmgrid.adapt) register themselves in MODES with the same
-signature and get the same files under their own mode name.
+A mode is a function `(run_dir, paths, vocab, grid=None) -> {split: (logprob [N], ppl[, target_ids])}`: the
+log-probability (nats) of every counted target of valid and test in corpus order, and the PPL its own evaluation
+reports for that split, which the file must reproduce (scorefile.PPL_RTOL); with target ids, they are checked to be
+the corpus's in order.  `base` is the run as trained: it re-runs the very pass that produced metrics.json's
+valid_ppl and test_ppl and claims those figures, so a file that is not that pass fails its check.
+The test-time modes `cache`, `dynamic`, `dynamic+cache` (adapted.py, through lmgrid.adapt) take `grid`, the
+settings to choose from on valid, and also return {"adapt": record}, written as adapt.json beside their files.
 """
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from lmgrid.corpus import load_split
-from lmgrid.errors import LmgridError, read_json
+from lmgrid.errors import LmgridError, read_json, write_json
 from lmgrid.ppl import EOS
 from lmgrid.vocab import Vocab
 
 from . import scorefile
+from .adapted import ADAPTED_MODES, SETTINGS_FILE
 
-ModeFn = Callable[[Path, dict, Vocab], dict]
+ModeFn = Callable[..., dict]  # (run_dir, paths, vocab, grid=None) -> {split: (logprob, ppl[, ids])[, adapt]}
 
 
 def target_ids(sentences: list[list[str]], vocab: Vocab) -> np.ndarray:
@@ -90,7 +92,9 @@ def ngram_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     return out
 
 
-def base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
+def base(run_dir: Path, paths: dict, vocab: Vocab, grid: dict | None = None) -> dict:
+    if grid:
+        raise LmgridError(f"{run_dir}: mode base has no settings to choose (grid {grid})")
     if (run_dir / "model.ckpt").is_file():
         return neural_base(run_dir, paths, vocab)
     if (run_dir / "model.arpa").is_file():
@@ -98,16 +102,17 @@ def base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     raise LmgridError(f"{run_dir}: no trained model here (expected model.arpa or model.ckpt)")
 
 
-MODES: dict[str, ModeFn] = {"base": base}
+MODES: dict[str, ModeFn] = {"base": base, **ADAPTED_MODES}
 
 
-def write_scores(run_dir, valid: str, test: str, vocab_path: str, mode: str, out_dir) -> dict:
-    """Score one cell in one mode and write {valid,test}.{npy,json} to out_dir; returns {split: Scores}."""
+def write_scores(run_dir, valid: str, test: str, vocab_path: str, mode: str, out_dir, grid: dict | None = None) -> dict:
+    """Score one cell in one mode and write {valid,test}.{npy,json} to out_dir (and a test-time mode's adapt.json);
+    returns {split: Scores}.  grid: a test-time mode's settings to choose from (None: lmgrid.adapt.tune's)."""
     if mode not in MODES:
         raise LmgridError(f"mode: unknown score mode {mode!r} (one of: {', '.join(MODES)})")
     run_dir, vocab = Path(run_dir), Vocab.load(vocab_path)
     paths = {"valid": valid, "test": test}
-    scored = MODES[mode](run_dir, paths, vocab)
+    scored = MODES[mode](run_dir, paths, vocab, grid)
     # Everything is checked before anything is written: a failing split leaves no file of the other behind.
     ready = {}
     for split, path in paths.items():
@@ -122,5 +127,8 @@ def write_scores(run_dir, valid: str, test: str, vocab_path: str, mode: str, out
         scorefile.check_ppl(scorefile.Scores(lp, split, "", ppl, str(run_dir), mode).file_ppl(), ppl,
                             f"{run_dir} ({mode}, {split})")
         ready[split] = (lp, ids, ppl)
-    return {split: scorefile.write(out_dir, split, lp, ids, ppl, str(run_dir), mode)
-            for split, (lp, ids, ppl) in ready.items()}
+    out = {split: scorefile.write(out_dir, split, lp, ids, ppl, str(run_dir), mode)
+           for split, (lp, ids, ppl) in ready.items()}
+    if "adapt" in scored:  # last: a mode's folder with adapt.json is complete
+        write_json(Path(out_dir) / SETTINGS_FILE, {"mode": mode, **scored["adapt"]})
+    return out

@@ -4,23 +4,44 @@ from __future__ import annotations
 
 
 def cmd_token_scores(a) -> None:
+    import json
+
+    from lmgrid.errors import LmgridError
+
     from .cells import write_scores
 
-    out = write_scores(a.run_dir, a.valid, a.test, a.vocab, a.mode, a.out_dir)
+    try:
+        grid = json.loads(a.grid) if a.grid else None
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"--grid: not valid JSON ({e})") from None
+    if grid is not None and not isinstance(grid, dict):
+        raise LmgridError("--grid: expected a JSON object {setting: [values]}")
+    out = write_scores(a.run_dir, a.valid, a.test, a.vocab, a.mode, a.out_dir, grid)
     print(f"{a.run_dir} ({a.mode}): " + ", ".join(f"{s} {v.count} tokens, PPL {v.file_ppl():.3f} (the run's "
                                                   f"{v.ppl:.3f})" for s, v in out.items()), flush=True)
 
 
 def cmd_combine(a) -> None:
+    from lmgrid.errors import LmgridError
+
     from . import scorefile, table
+    from .adapted import read_settings
     from .mixture import combine
 
     labels, dirs = zip(*a.component)
     valid = [scorefile.read(d, "valid") for d in dirs]
     test = [scorefile.read(d, "test") for d in dirs]
     m = combine(list(labels), valid, test)
-    components = [{"label": label, "score_dir": d, "run_dir": s.run_dir, "mode": s.mode}
-                  for label, d, s in zip(labels, dirs, valid)]
+    components = [{"label": label, "score_dir": d, "run_dir": s.run_dir, "mode": s.mode} for label, d, s in
+                  zip(labels, dirs, valid)]
+    for c in components:  # a test-time mode's choice on valid (adapt.json), with the combination's result
+        record = read_settings(c["score_dir"])
+        if record is None and c["mode"] != "base":
+            raise LmgridError(f"{c['score_dir']}: scores of mode {c['mode']} without its adapt.json (the settings "
+                              f"chosen on valid)")
+        if record is not None:
+            c["adapt"] = {k: record[k] for k in ("method", "settings", "valid_ppl", "test_ppl", "base_valid_ppl",
+                                                 "base_test_ppl", "grid", "tune_s", "test_s") if k in record}
     table.write(a.out_dir, a.name, m, components, a.description)
     weights = ", ".join(f"{label} {w:.3f}" for label, w in zip(labels, m.weights))
     print(f"{a.name}: valid PPL {m.valid_ppl:.3f}, test PPL {m.test_ppl:.3f}; weights {weights}", flush=True)
@@ -47,7 +68,10 @@ def register(sub) -> None:
     s.add_argument("--valid", required=True, help="the valid split")
     s.add_argument("--test", required=True, help="the test split")
     s.add_argument("--vocab", required=True, help="vocab.json (the target ids of the checksum)")
-    s.add_argument("--mode", default="base", help="base (the run's own evaluation pass) or a test-time mode")
+    s.add_argument("--mode", default="base", help="base (the run's own evaluation pass) or a test-time mode: "
+                                                  "cache, dynamic, dynamic+cache (docs/adapt.md)")
+    s.add_argument("--grid", default="", help="a test-time mode's grid, JSON {setting: [values]} (default: "
+                                              "lmgrid.adapt.tune's)")
     s.add_argument("--out-dir", required=True, help="output folder: {valid,test}.{npy,json}")
     s.set_defaults(func=cmd_token_scores)
 

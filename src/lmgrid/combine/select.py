@@ -3,6 +3,8 @@
 A component is a selector over the cells of the config's studies (any of arch, impl, n_step, layers, regime, seed,
 as the reference rows select runs) and a `mode` (default `base`: the cell as trained; lmgrid.combine.cells.MODES).
 A selector may match several cells (`{arch: mkn}`: every modified-KN order); each becomes a component, once.
+A test-time mode (cache, dynamic, dynamic+cache) on a cell that is not stream-regime is a config error (one line
+naming the combination, the cell and the mode), not a note.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ from .scorefile import SCORE_DIR
 SELECT_KEYS = ("arch", "impl", "n_step", "layers", "regime", "seed")
 
 
+class NoCell(LmgridError):
+    """A component that selects no cell: the studies decide which cells exist, the combination is left out."""
+
+
 def components(name: str, spec: dict, runs: list[RunKey]) -> list[tuple[RunKey, str]]:
     out: list[tuple[RunKey, str]] = []
     for i, sel in enumerate(spec["components"]):
@@ -23,7 +29,12 @@ def components(name: str, spec: dict, runs: list[RunKey]) -> list[tuple[RunKey, 
         want = {k: v for k, v in sel.items() if k in SELECT_KEYS}
         hits = [k for k in runs if all(getattr(k, f) == v for f, v in want.items())]
         if not hits:
-            raise LmgridError(f"combine.{name}.components[{i}]: {want} matches no cell of the studies")
+            raise NoCell(f"combine.{name}.components[{i}]: {want} matches no cell of the studies")
+        if mode != "base":  # a test-time mode reads a stream: refused here, before any job is planned
+            for k in hits:
+                if k.regime != "stream" or k.is_ngram:
+                    raise LmgridError(f"combine.{name}.components[{i}]: mode {mode} needs a stream-regime cell; "
+                                      f"{k.name} is a {k.regime}-regime {k.arch} cell")
         out += [(k, mode) for k in hits if (k, mode) not in out]
     return out
 
@@ -37,7 +48,7 @@ def resolve(config: dict) -> tuple[dict[str, list[tuple[RunKey, str]]], list[str
     for name, spec in (config.get("combine") or {}).items():
         try:
             out[name] = components(name, spec, runs)
-        except LmgridError as e:
+        except NoCell as e:
             notes.append(f"combination {name} left out: {e}")
     return out, notes
 

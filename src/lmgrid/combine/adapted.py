@@ -1,0 +1,90 @@
+"""Test-time score modes of a stream cell: `cache`, `dynamic`, `dynamic+cache` (lmgrid.adapt, docs/adapt.md).
+
+Each is a mode of lmgrid.combine.cells.MODES: it reads the cell's model.ckpt, chooses the adaptation's settings on
+valid from its grid (lmgrid.adapt.tune.adapt: every grid point a pass over valid), then scores test once with them.
+Both splits' log-probs are those of the chosen settings (the mixture fits its weights on valid's), read as one
+stream (batch 1, state carried), so the PPL a mode's file claims is its own, not the run's metrics.json (which is
+scored in stream_eval_batch_size rows); `adapt.json` beside the files records the choice: the settings, every grid
+point's valid PPL and the one-stream base PPLs.  The targets are the corpus's in order (stream_tokens' stream
+minus its leading </s>), so the files hold the base files' token sequence; write_scores checks that.
+
+A window-regime cell (ffnn, a window transformer, a window lstm) has no stream state to carry or cache: refused
+with one line naming the cell and the mode.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmgrid.errors import LmgridError, read_json
+from lmgrid.vocab import Vocab
+
+METHODS = ("cache", "dynamic", "dynamic+cache")
+SETTINGS_FILE = "adapt.json"  # beside a mode's score files: what it chose on valid (write_scores writes it)
+
+
+def check_stream_cell(run_dir: Path, mode: str, metrics: dict) -> None:
+    if metrics.get("regime") != "stream" or not (run_dir / "model.ckpt").is_file():
+        what = (f"a {metrics.get('regime', '?')}-regime {metrics.get('arch', '?')} cell"
+                if (run_dir / "model.ckpt").is_file() else "not a neural cell (no model.ckpt)")
+        raise LmgridError(f"{run_dir}: mode {mode} needs a stream-regime cell (rnn, lstm, gru or transformer), "
+                          f"this is {what}")
+
+
+def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict | None = None) -> dict:
+    """{valid: (log-probs, ppl, target ids), test: (...), "adapt": the record for adapt.json}."""
+    import torch
+
+    from lmgrid.adapt.cli import run_settings, split_stream
+    from lmgrid.adapt.tune import adapt
+    from lmgrid.neural.allocator import keep_freed_blocks
+    from lmgrid.neural.model_io import load_run
+
+    from .cells import run_threads
+
+    metrics = read_json(run_dir / "metrics.json")
+    check_stream_cell(run_dir, method, metrics)
+    threads = run_threads(metrics)
+    if threads:
+        torch.set_num_threads(threads)
+    keep_freed_blocks()  # dynamic evaluation frees and reallocates the same gradients every segment
+    lm = load_run(run_dir)
+    streams = {split: split_stream(lm.vocab, path) for split, path in paths.items()}
+    settings = run_settings(run_dir)
+    result = adapt(lm.model.cpu(), streams["valid"], streams["test"], method, grid=grid, **settings)
+    out = {split: (result.pop(f"{split}_log_probs"), result[f"{split}_ppl"], streams[split][1:])
+           for split in ("valid", "test")}
+    out["adapt"] = {"run_dir": str(run_dir), **settings, "threads": torch.get_num_threads(), **result}
+    return out
+
+
+def mode(method: str):
+    def fn(run_dir: Path, paths: dict, vocab: Vocab, grid: dict | None = None) -> dict:
+        return adapt_cell(run_dir, paths, vocab, method, grid)
+
+    fn.__name__ = fn.__qualname__ = f"{method.replace('+', '_')}_mode"
+    fn.__doc__ = f"The cell with {method}, settings chosen on valid (lmgrid.adapt.tune)."
+    return fn
+
+
+ADAPTED_MODES = {m: mode(m) for m in METHODS}
+
+
+def grid_of(method: str, adapt_config: dict) -> dict:
+    """The grid of `method` from the config's `adapt:` section ({cache: {window, theta, lam}, dynamic: {lr,
+    segment}}): the parts the method uses, merged."""
+    grid: dict = {}
+    for part in method.split("+"):
+        grid.update(adapt_config.get(part) or {})
+    return grid
+
+
+def read_settings(score_dir: str | Path) -> dict | None:
+    """A mode folder's adapt.json ({mode, method, settings, valid_ppl, test_ppl, base_valid_ppl, base_test_ppl,
+    grid, ...}), or None for a base folder (which has none)."""
+    path = Path(score_dir) / SETTINGS_FILE
+    return read_json(path) if path.is_file() else None
+
+
+def describe(settings: dict) -> str:
+    """'window 500, theta 0.3, lam 0.1' (the chosen settings, as the tables show them)."""
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in settings.items())
