@@ -108,8 +108,8 @@ def _train_with_injected_loss(tmp_path, monkeypatch, value, at_step=3, in_traini
 
     real, calls = module_mod.batch_nll, {"train": 0}
 
-    def injected(model, x, y, regime, state=None, gate_stats=None):
-        nll, n, state = real(model, x, y, regime, state, gate_stats)
+    def injected(model, x, y, regime, state=None, gate_stats=None, token_nll=None):
+        nll, n, state = real(model, x, y, regime, state, gate_stats, token_nll)
         if model.training:
             calls["train"] += 1
         if model.training == in_training and (calls["train"] == at_step or not in_training):
