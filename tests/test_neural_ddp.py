@@ -151,8 +151,8 @@ if os.environ.get("LOCAL_RANK") == "1":
     import lmgrid.neural.module as m
     _real, _calls = m.batch_nll, [0]
 
-    def batch_nll(model, x, y, regime, state=None, gate_stats=None):
-        nll, n, state = _real(model, x, y, regime, state, gate_stats)
+    def batch_nll(model, x, y, regime, state=None, gate_stats=None, token_nll=None):
+        nll, n, state = _real(model, x, y, regime, state, gate_stats, token_nll)
         if model.training:
             _calls[0] += 1
             if _calls[0] == 3:
