@@ -2,7 +2,6 @@
 settings chosen on valid (tune.py), written as one JSON file (and optionally test's per-token log-probs)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -41,12 +40,9 @@ def cmd_adapt(a) -> None:
     keep_freed_blocks()  # dynamic evaluation frees and reallocates the same gradients every segment, as training does
     if a.threads:
         torch.set_num_threads(a.threads)
-    try:
-        grid = json.loads(a.grid) if a.grid else None
-    except json.JSONDecodeError as e:
-        raise LmgridError(f"--grid: not valid JSON ({e})") from None
-    if grid is not None and not isinstance(grid, dict):
-        raise LmgridError("--grid: expected a JSON object {setting: [values]}")
+    from lmgrid.adapt.tune import parse_grid
+
+    grid = parse_grid(a.grid)
     run_dir = Path(a.run)
     lm = load_run(run_dir)
     if lm.regime != "stream":

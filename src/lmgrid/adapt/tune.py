@@ -31,6 +31,19 @@ DYNAMIC_GRID = {"lr": (1.0, 3.0, 10.0), "segment": (10, 20)}
 METHODS = ("cache", "dynamic", "dynamic+cache")
 
 
+def parse_grid(text: str | None) -> dict | None:
+    """A grid given on the command line (--grid '{"lr": [1, 3]}'): a JSON object, or None when not given."""
+    import json
+
+    try:
+        grid = json.loads(text) if text else None
+    except json.JSONDecodeError as e:
+        raise LmgridError(f"--grid: not valid JSON ({e})") from None
+    if grid is not None and not isinstance(grid, dict):
+        raise LmgridError("--grid: expected a JSON object {setting: [values]}")
+    return grid
+
+
 def grid_points(grid: dict) -> list[dict]:
     for key, values in grid.items():
         if not isinstance(values, (list, tuple)) or not values:

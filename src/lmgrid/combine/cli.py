@@ -4,18 +4,11 @@ from __future__ import annotations
 
 
 def cmd_token_scores(a) -> None:
-    import json
-
-    from lmgrid.errors import LmgridError
+    from lmgrid.adapt.tune import parse_grid
 
     from .cells import write_scores
 
-    try:
-        grid = json.loads(a.grid) if a.grid else None
-    except json.JSONDecodeError as e:
-        raise LmgridError(f"--grid: not valid JSON ({e})") from None
-    if grid is not None and not isinstance(grid, dict):
-        raise LmgridError("--grid: expected a JSON object {setting: [values]}")
+    grid = parse_grid(a.grid)
     out = write_scores(a.run_dir, a.valid, a.test, a.vocab, a.mode, a.out_dir, grid)
     print(f"{a.run_dir} ({a.mode}): " + ", ".join(f"{s} {v.count} tokens, PPL {v.file_ppl():.3f} (the run's "
                                                   f"{v.ppl:.3f})" for s, v in out.items()), flush=True)
