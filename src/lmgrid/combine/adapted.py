@@ -13,6 +13,7 @@ with one line naming the cell and the mode.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lmgrid.errors import LmgridError, read_json
@@ -20,6 +21,12 @@ from lmgrid.vocab import Vocab
 
 METHODS = ("cache", "dynamic", "dynamic+cache")
 SETTINGS_FILE = "adapt.json"  # beside a mode's score files: what it chose on valid (write_scores writes it)
+
+
+def run_threads(metrics: dict) -> int:
+    """The torch threads a neural run was evaluated with: metrics.json's device 'cpu (N threads)' (0: unknown)."""
+    m = re.search(r"\((\d+) threads\)", str(metrics.get("device", "")))
+    return int(m.group(1)) if m else 0
 
 
 def check_stream_cell(run_dir: Path, mode: str, metrics: dict) -> None:
@@ -39,7 +46,6 @@ def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict
     from lmgrid.neural.allocator import keep_freed_blocks
     from lmgrid.neural.model_io import load_run
 
-    from .cells import run_threads
 
     metrics = read_json(run_dir / "metrics.json")
     check_stream_cell(run_dir, method, metrics)

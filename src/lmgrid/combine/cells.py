@@ -10,7 +10,6 @@ settings to choose from on valid, and also return {"adapt": record}, written as 
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from lmgrid.ppl import EOS
 from lmgrid.vocab import Vocab
 
 from . import scorefile
-from .adapted import ADAPTED_MODES, SETTINGS_FILE
+from .adapted import ADAPTED_MODES, SETTINGS_FILE, run_threads
 
 ModeFn = Callable[..., dict]  # (run_dir, paths, vocab, grid=None) -> {split: (logprob, ppl[, ids])[, adapt]}
 
@@ -31,12 +30,6 @@ def target_ids(sentences: list[list[str]], vocab: Vocab) -> np.ndarray:
     """The counted targets of a split as vocab.json ids, in corpus order: each sentence's words, then </s>."""
     eos = vocab.index[EOS]
     return np.array([i for s in sentences for i in (*vocab.encode(s), eos)], dtype=np.int64)
-
-
-def run_threads(metrics: dict) -> int:
-    """The torch threads a neural run was evaluated with: metrics.json's device 'cpu (N threads)' (0: unknown)."""
-    m = re.search(r"\((\d+) threads\)", str(metrics.get("device", "")))
-    return int(m.group(1)) if m else 0
 
 
 def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
