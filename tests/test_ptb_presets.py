@@ -20,6 +20,10 @@ from lmgrid.runkey import all_runs
 from test_workflow import planned_jobs, snakemake
 
 PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
+# Run end to end (smoke-sized) in CI: every preset but course_report_full, whose studies are course_report's gate
+# study on another corpus name with the adaptive softmax (both exercised here by course_report and seed_table); it
+# is dry-run with the others.
+END_TO_END = tuple(p for p in PRESETS if p != "course_report_full")
 SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
          "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper"}
 
@@ -89,7 +93,7 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", END_TO_END)
 def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
     cfg = preset_config(repo, preset)
