@@ -65,15 +65,14 @@ rule token_scores:
 # adapt: grids (a params: changing a grid reruns the modes that use it), test scored once; adapt.json records the
 # choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.  Dynamic evaluation with
 # adapt.dynamic.rule rms also reads the train split (its gradient statistics): only then is train.txt an input and
-# --train passed (appended to params.grid, so that the shell command and the rule sgd jobs' params stay as they were).
+# --train passed.
 def _adapt_train(w):
     return f"results/{w.corpus}/corpus/train.txt" if needs_train_split(w.mode, config["adapt"]) else []
 
 
-def _adapt_args(w):
-    args = shlex.quote(json.dumps(grid_of(w.mode, config["adapt"]), sort_keys=True))
+def _adapt_train_arg(w):
     train = _adapt_train(w)
-    return f"{args} --train {shlex.quote(train)}" if train else args
+    return f"--train {shlex.quote(train)}" if train else ""
 
 
 rule adapt_scores:
@@ -92,7 +91,8 @@ rule adapt_scores:
     params:
         run_dir=RUN_DIR,
         out_dir=SCORE_DIR,
-        grid=_adapt_args,
+        grid=lambda w: shlex.quote(json.dumps(grid_of(w.mode, config["adapt"]), sort_keys=True)),
+        train_arg=_adapt_train_arg,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -106,7 +106,7 @@ rule adapt_scores:
               "{wildcards.regime} s{wildcards.seed}, tuned on valid")
     shell:
         "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
-        "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} --out-dir {params.out_dir} "
+        "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} {params.train_arg} --out-dir {params.out_dir} "
         "> {log} 2>&1 && tail -n 1 {log}"
 
 
