@@ -222,19 +222,27 @@ def test_cache_is_the_window_before_the_position(monkeypatch):
 @pytest.mark.parametrize("method,grid", [("cache", {"window": [5, 50], "theta": [0.3, 1.0], "lam": [0.1, 0.2]}),
                                          ("dynamic", {"lr": [0.0, 0.5], "segment": [7]}),
                                          ("dynamic+cache", {"lr": [0.0, 0.5], "segment": [7], "window": [5, 50],
-                                                            "theta": [1.0], "lam": [0.1]})])
+                                                            "theta": [1.0], "lam": [0.1]}),
+                                         ("dynamic", {"rule": "rms", "lr": [0.0, 1e-3], "decay": [0.0, 0.1],
+                                                      "segment": [7], "train_tokens": 200}),
+                                         ("dynamic+cache", {"rule": "rms", "lr": [0.0, 1e-3], "decay": [0.1],
+                                                            "segment": [7], "window": [5, 50], "theta": [1.0],
+                                                            "lam": [0.1]})])
 def test_tuner_only_sees_valid(method, grid, monkeypatch):
-    """Design check: every pass the tuner makes while choosing reads valid; test is read once with the adaptation,
-    with the chosen settings, after the choice (and once more, unadapted, for the base PPL); the choice is the grid
-    point of lowest valid PPL.  Mutation killed: a runner that tunes on test (the splits passed the wrong way)."""
+    """Design check: every pass the tuner makes while choosing reads valid (rule rms: and its gradient statistics
+    read train, nothing else); test is read once with the adaptation, with the chosen settings, after the choice (and
+    once more, unadapted, for the base PPL); the choice is the grid point of lowest valid PPL.  Mutation killed: a
+    runner that tunes on test (the splits passed the wrong way)."""
     model = tiny("lstm-torch")
     valid, test = stream_tokens(sentences(25, 6), EOS), stream_tokens(sentences(25, 7), EOS)
+    train = stream_tokens(sentences(40, 8), EOS)
     calls = []
-    for fn in ("stream_states", "cache_logprobs", "dynamic_logprobs", "dynamic_states"):
+    for fn in ("stream_states", "cache_logprobs", "dynamic_logprobs", "dynamic_states", "gradient_stats"):
         real = getattr(tune, fn)
 
         def spy(model, ids, *a, _fn=fn, _real=real, **k):
-            calls.append((_fn, "valid" if ids is valid else "test" if ids is test else "?", k))
+            calls.append((_fn, "valid" if ids is valid else "test" if ids is test else "train" if ids is train
+                          else "?", k))
             return _real(model, ids, *a, **k)
 
         monkeypatch.setattr(tune, fn, spy)
@@ -247,15 +255,17 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
         # the lowest valid PPL among the rows of full settings (dynamic+cache also lists the dynamic-only rows)
         full = [r for r in result["grid"] if set(result["settings"]) <= set(r)]
         i, best = on_test[0], min(full, key=lambda r: r["valid_ppl"])
-        return (all(c[1] == "valid" for c in calls[:i])  # every pass before the adapted test pass reads valid
+        return (all(c[1] == "valid" or c[:2] == ("gradient_stats", "train") for c in calls[:i])  # valid (MS: train)
                 and all(c[0] == "stream_states" for c in calls[i + 1:])  # after it: the unadapted base only
                 and all(best[k] == v and calls[i][2].get(k, v) == v for k, v in result["settings"].items()))
 
-    result = tune.adapt(model, valid, test, method, grid=grid, bptt=BPTT)
+    result = tune.adapt(model, valid, test, method, grid=grid, bptt=BPTT, train_ids=train)
     assert tuned_on_valid(result)
+    assert (result["settings"].get("rule") == "rms") == (grid.get("rule") == "rms")
+    assert any(c[0] == "gradient_stats" for c in calls) == (grid.get("rule") == "rms")
     assert json.dumps({k: v for k, v in result.items() if not k.endswith("_log_probs")})  # a JSON-able record
     calls.clear()
-    swapped = tune.adapt(model, test, valid, method, grid=grid, bptt=BPTT)  # mutation: tuned on test
+    swapped = tune.adapt(model, test, valid, method, grid=grid, bptt=BPTT, train_ids=train)  # mutation: on test
     assert not tuned_on_valid(swapped)
 
 

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from lmgrid.adapt import cli as adapt_cli
-from lmgrid.adapt import tune
+from lmgrid.adapt import dynamic, tune
 from lmgrid.combine import adapted, cells, mixture, scorefile, select
 from lmgrid.errors import LmgridError, read_json
 from lmgrid.neural.data import StreamChunks, encode, sentence_rows
@@ -206,5 +206,44 @@ def test_schema_lists_the_modes_and_the_tuners_grids():
     def same(grid, ours):
         return {k: list(v) for k, v in ours.items()} == grid
 
+    rms = {"rule": grids["dynamic"].pop("rule"), "train_tokens": grids["dynamic"].pop("train_tokens"),
+           "lr": grids["dynamic"].pop("rms_lr"), "decay": grids["dynamic"].pop("decay")}
     assert same(grids["cache"], tune.CACHE_GRID) and same(grids["dynamic"], tune.DYNAMIC_GRID)
     assert not same(grids["dynamic"], {**tune.DYNAMIC_GRID, "lr": (1.0, 3.0)})
+    # rule sgd by default; rule rms's grid is RMS_GRID (its segment axis is the shared one)
+    assert rms.pop("rule") == "sgd" and rms.pop("train_tokens") == dynamic.TRAIN_TOKENS
+    assert same({**rms, "segment": grids["dynamic"]["segment"]}, tune.RMS_GRID)
+    assert not same({**rms, "segment": grids["dynamic"]["segment"]}, {**tune.RMS_GRID, "decay": (0.1,)})
+
+
+def test_dynamic_mode_rule_rms_reads_the_train_split(cells_dir, tmp_path, monkeypatch):
+    """The pipeline's dynamic mode with the grid of adapt.dynamic.rule rms (combine.adapted.grid_of) reads the train
+    split given to write_scores (token-scores --train) for its gradient statistics, records rule rms in adapt.json,
+    and refuses in one line when no train split is given.  Mutation killed: the train path dropped on its way from
+    write_scores to the mode (the mode then refuses)."""
+    c = cells_dir
+    p = c["corpus"]["paths"]
+    grid = adapted.grid_of("dynamic", {"dynamic": {"lr": [1.0], "segment": [10], "rule": "rms", "rms_lr": [1e-3],
+                                                   "decay": [0.01], "train_tokens": 300}})
+    seen = []
+    real = tune.gradient_stats
+    monkeypatch.setattr(tune, "gradient_stats", lambda model, ids, *a: seen.append(len(ids)) or real(model, ids, *a))
+
+    def run(out):
+        return cells.write_scores(c["rnn"], p["valid"], p["test"], c["corpus"]["vocab_path"], "dynamic", out, grid,
+                                  train=p["train"])
+
+    run(tmp_path / "rms")
+    record = read_json(tmp_path / "rms" / adapted.SETTINGS_FILE)
+    train_len = len(adapt_cli.split_stream(Vocab.load(c["corpus"]["vocab_path"]), p["train"]))
+    assert record["settings"]["rule"] == "rms" and record["settings"]["train_tokens"] == 300
+    assert seen == [train_len]
+    with pytest.raises(LmgridError) as e:
+        cells.write_scores(c["rnn"], p["valid"], p["test"], c["corpus"]["vocab_path"], "dynamic", tmp_path / "no",
+                           grid)
+    assert "needs the train split" in str(e.value) and "\n" not in str(e.value)
+    mode = cells.MODES["dynamic"]
+    monkeypatch.setitem(cells.MODES, "dynamic", lambda run_dir, paths, vocab, grid: mode(
+        run_dir, {k: v for k, v in paths.items() if k != "train"}, vocab, grid))  # mutation: train dropped
+    with pytest.raises(LmgridError, match="needs the train split"):
+        run(tmp_path / "dropped")

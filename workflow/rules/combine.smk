@@ -5,7 +5,7 @@
 # its components' score files: a changed component reruns only the combinations that use it.
 import re
 
-from lmgrid.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of
+from lmgrid.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
 from lmgrid.combine.scorefile import SCORE_DIR, SPLITS as SCORE_SPLITS
 from lmgrid.combine.select import label as combine_label
 from lmgrid.combine.select import resolve as resolve_combine
@@ -63,7 +63,18 @@ rule token_scores:
 
 # A stream cell scored with a test-time mode (lmgrid.combine.adapted): settings chosen on valid from the config's
 # adapt: grids (a params: changing a grid reruns the modes that use it), test scored once; adapt.json records the
-# choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.
+# choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.  Dynamic evaluation with
+# adapt.dynamic.rule rms also reads the train split (its gradient statistics): only then is train.txt an input and
+# --train passed.
+def _adapt_train(w):
+    return f"results/{w.corpus}/corpus/train.txt" if needs_train_split(w.mode, config["adapt"]) else []
+
+
+def _adapt_train_arg(w):
+    train = _adapt_train(w)
+    return f"--train {shlex.quote(train)}" if train else ""
+
+
 rule adapt_scores:
     input:
         metrics=f"{RUN_DIR}/metrics.json",
@@ -71,6 +82,7 @@ rule adapt_scores:
         valid="results/{corpus}/corpus/valid.txt",
         test="results/{corpus}/corpus/test.txt",
         vocab="results/{corpus}/vocab.json",
+        train=_adapt_train,
     output:
         **{f"{s}_{e}": f"{SCORE_DIR}/{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")},
         settings=f"{SCORE_DIR}/{ADAPT_SETTINGS}",
@@ -80,6 +92,7 @@ rule adapt_scores:
         run_dir=RUN_DIR,
         out_dir=SCORE_DIR,
         grid=lambda w: shlex.quote(json.dumps(grid_of(w.mode, config["adapt"]), sort_keys=True)),
+        train_arg=_adapt_train_arg,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -93,7 +106,7 @@ rule adapt_scores:
               "{wildcards.regime} s{wildcards.seed}, tuned on valid")
     shell:
         "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
-        "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} --out-dir {params.out_dir} "
+        "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} {params.train_arg} --out-dir {params.out_dir} "
         "> {log} 2>&1 && tail -n 1 {log}"
 
 

@@ -1,9 +1,10 @@
-"""Test-time adaptation of a trained stream model: the continuous cache (Grave et al. 2017) and SGD dynamic
-evaluation (Krause et al. 2018), each tuned on valid and applied once to test.  docs/adapt.md."""
+"""Test-time adaptation of a trained stream model: the continuous cache (Grave et al. 2017) and dynamic
+evaluation (Krause et al. 2018; rule sgd, or rule rms with decay), each tuned on valid and applied once to test.
+docs/adapt.md."""
 from .cache import cache_logprobs, cache_mix
-from .dynamic import dynamic_logprobs, dynamic_states
+from .dynamic import dynamic_logprobs, dynamic_states, gradient_stats
 from .stream import perplexity_of, stream_states
-from .tune import CACHE_GRID, DYNAMIC_GRID, adapt
+from .tune import CACHE_GRID, DYNAMIC_GRID, RMS_GRID, adapt
 
 __all__ = ["cache_logprobs", "cache_mix", "dynamic_logprobs", "dynamic_states", "stream_states", "perplexity_of",
-           "adapt", "CACHE_GRID", "DYNAMIC_GRID"]
+           "gradient_stats", "adapt", "CACHE_GRID", "DYNAMIC_GRID", "RMS_GRID"]

@@ -19,6 +19,11 @@ def split_stream(vocab, path):
     return stream_tokens(encode(vocab, load_split(path)), vocab.index[EOS])
 
 
+def needs_train(method: str, grid: dict | None) -> bool:
+    """Whether a method with this grid reads the training split: dynamic evaluation's rule rms (its MS_g)."""
+    return "dynamic" in method and (grid or {}).get("rule", "sgd") == "rms"
+
+
 def run_settings(run_dir: Path) -> dict:
     """The run's bptt and clip, from its checkpoint's training settings."""
     import torch
@@ -49,7 +54,10 @@ def cmd_adapt(a) -> None:
         raise LmgridError(f"{run_dir}: a {lm.regime}-regime run; the cache and dynamic evaluation need a stream run")
     settings = run_settings(run_dir)
     valid, test = split_stream(lm.vocab, a.valid), split_stream(lm.vocab, a.test)
-    result = adapt(lm.model, valid, test, a.method, grid=grid, **settings)
+    if needs_train(a.method, grid) and not a.train:
+        raise LmgridError(f"--method {a.method} with rule rms needs --train (its gradient statistics)")
+    train = split_stream(lm.vocab, a.train) if needs_train(a.method, grid) else None
+    result = adapt(lm.model, valid, test, a.method, grid=grid, train_ids=train, **settings)
     test_logp = result.pop("test_log_probs")
     result.pop("valid_log_probs")
     if a.log_probs:
@@ -75,8 +83,11 @@ def register(sub) -> None:
     s.add_argument("--run", required=True, help="the run folder (holding model.ckpt) of a stream-regime run")
     s.add_argument("--valid", required=True, help="the valid split the settings are chosen on")
     s.add_argument("--test", required=True, help="the test split, scored once with the chosen settings")
+    s.add_argument("--train", default="", help="the train split: dynamic evaluation's rule rms computes its "
+                                               "gradient statistics on it (read only then)")
     s.add_argument("--method", required=True, choices=("cache", "dynamic", "dynamic+cache"),
-                   help="cache (Grave et al. 2017), dynamic (Krause et al. 2018, SGD) or both")
+                   help="cache (Grave et al. 2017), dynamic (Krause et al. 2018; SGD, or RMS with decay given "
+                        "--grid '{\"rule\": \"rms\"}') or both")
     s.add_argument("--grid", default="", help="JSON {setting: [values]} replacing the default grid (docs/adapt.md)")
     s.add_argument("--out", required=True, help="the result JSON: settings, valid and test PPL, every grid point")
     s.add_argument("--log-probs", default="", help="also write test's per-token log-probs (float32 .npy)")

@@ -10,24 +10,34 @@ The grids (each point is a full pass over valid; the test split is read exactly 
   one SGD step per segment, so the grid stays small; the gradient is clipped to the run's own clip.  A stream
   transformer has one segment, its context_len.
 
+  With rule rms (Krause et al.'s RMS-normalised update with decay to the trained weights; --grid '{"rule": "rms"}'):
+  lr {1e-4, 1e-3} x decay {0.001, 0.01} x segment {10, 20} (RMS_GRID): the RMS-normalised step moves each weight
+  by about lr, so its lr is on another scale than SGD's; a starting grid, not yet measured on PTB.  Its gradient
+  statistics MS_g are computed once per segment length on the TRAINING stream (train_ids; `train_tokens` targets,
+  default 100,000), never on valid or test.  `rule` and `train_tokens` are single values, not grid axes.
+
 * dynamic+cache: the dynamic grid first; then the cache grid on the hidden states that the chosen dynamic pass
   over valid scored with (kept from that pass: no extra pass).
 
-Ties go to the first grid point in the order above (the smaller window, theta, lam, lr, segment).
+Ties go to the first grid point in the order above (the smaller window, theta, lam, lr, decay, segment).
 """
 from __future__ import annotations
 
 import itertools
 import time
 
+import torch
+
 from lmgrid.errors import LmgridError
 
 from .cache import cache_logprobs, cache_mix
-from .dynamic import dynamic_logprobs, dynamic_states
-from .stream import perplexity_of, stream_segment, stream_states
+from .dynamic import RULES, TRAIN_TOKENS, dynamic_logprobs, dynamic_states, gradient_stats
+from .stream import as_stream, perplexity_of, stream_segment, stream_states
 
 CACHE_GRID = {"window": (100, 500, 2000), "theta": (0.1, 0.3, 1.0), "lam": (0.05, 0.1, 0.2)}
 DYNAMIC_GRID = {"lr": (1.0, 3.0, 10.0), "segment": (10, 20)}
+RMS_GRID = {"lr": (1e-4, 1e-3), "decay": (0.001, 0.01), "segment": (10, 20)}  # dynamic with rule rms
+DYNAMIC_FIXED = ("rule", "train_tokens")  # single values of the dynamic mode in a grid, not axes
 METHODS = ("cache", "dynamic", "dynamic+cache")
 
 
@@ -58,22 +68,36 @@ def choose_on_valid(valid_ppl_of, points: list[dict]) -> tuple[dict, list[dict]]
     return dict(points[best]), rows
 
 
-def _split_grid(grid: dict | None, method: str, model, segment: int) -> tuple[dict, dict]:
-    """(dynamic grid, cache grid) of a method; a given grid's keys replace the defaults' (unknown keys refused)."""
+def _split_grid(grid: dict | None, method: str, model, segment: int) -> tuple[dict, dict, dict]:
+    """(dynamic grid, cache grid, the dynamic mode's fixed settings {rule[, train_tokens]}) of a method; a given
+    grid's keys replace the defaults' (unknown keys refused).  rule rms takes RMS_GRID's defaults and its decay."""
     grid = dict(grid or {})
-    known = {"cache": set(CACHE_GRID), "dynamic": set(DYNAMIC_GRID)}
+    rule = grid.pop("rule", "sgd") if "dynamic" in method else "sgd"
+    if rule not in RULES:
+        raise LmgridError(f"adapt grid: rule {rule!r} is not one of {', '.join(RULES)}")
+    dynamic_grid = RMS_GRID if rule == "rms" else DYNAMIC_GRID
+    fixed = {"rule": rule} if rule == "rms" else {}
+    if rule == "rms":
+        fixed["train_tokens"] = grid.pop("train_tokens", TRAIN_TOKENS)
+    known = {"cache": set(CACHE_GRID), "dynamic": set(dynamic_grid)}
     wanted = set().union(*(known[m] for m in method.split("+")))
     if set(grid) - wanted:
+        also = " (decay and train_tokens are settings of rule rms)" if {"decay", "train_tokens"} & set(grid) else ""
         raise LmgridError(f"adapt grid: {', '.join(sorted(set(grid) - wanted))} is not a setting of {method} "
-                          f"(settings: {', '.join(sorted(wanted))})")
-    dyn = {k: grid.get(k, v) for k, v in DYNAMIC_GRID.items()}
+                          f"(settings: {', '.join(sorted(wanted))}){also}")
+    dyn = {k: grid.get(k, v) for k, v in dynamic_grid.items()}
     if model.cfg.arch == "transformer":
         dyn["segment"] = (segment,)
-    return dyn, {k: grid.get(k, v) for k, v in CACHE_GRID.items()}
+    return dyn, {k: grid.get(k, v) for k, v in CACHE_GRID.items()}, fixed
+
+
+def _same_stream(a, b) -> bool:
+    a, b = as_stream(a), as_stream(b)
+    return a.shape == b.shape and torch.equal(a, b)
 
 
 def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, bptt: int = 35,
-          clip: float = 0.25) -> dict:
+          clip: float = 0.25, train_ids=None) -> dict:
     """Tune `method` (cache | dynamic | dynamic+cache) on the valid stream, then score the test stream once with
     the choice.  dynamic+cache: the dynamic settings are chosen first, then the cache's on the hidden states of
     dynamic evaluation's valid pass with those settings.
@@ -81,19 +105,40 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
     Returns {method, settings, valid_ppl, test_ppl, base_valid_ppl, base_test_ppl, grid (rows with valid_ppl),
     tune_s, test_s, valid_log_probs, test_log_probs}; base PPLs are the model's own single-stream ones
     (stream.stream_states); valid_log_probs are valid's at the chosen settings (what a mixture fits its weights
-    on), from the tuning passes themselves: valid is not read again."""
+    on), from the tuning passes themselves: valid is not read again.  train_ids: the TRAINING stream, needed by
+    dynamic evaluation's rule rms only (its gradient statistics; refused if it is the valid or test stream)."""
     if method not in METHODS:
         raise LmgridError(f"adapt: method {method!r} is not one of {', '.join(METHODS)}")
     t0 = time.time()
     segment = stream_segment(model, None, bptt)
-    dyn_grid, cache_grid = _split_grid(grid, method, model, segment)
+    dyn_grid, cache_grid, fixed = _split_grid(grid, method, model, segment)
+    stats_of = None
+    if fixed.get("rule") == "rms":
+        if train_ids is None:
+            raise LmgridError(f"adapt: {method} with rule rms needs the training split (its gradient statistics)")
+        if _same_stream(train_ids, valid_ids) or _same_stream(train_ids, test_ids):
+            raise LmgridError("adapt: rule rms's gradient statistics must come from the training split, and the "
+                              "stream given as train is the valid or test stream")
+        train_tokens, per_segment = fixed["train_tokens"], {}
+
+        def stats_of(seg: int):  # MS_g of one segment length, computed once (on train only)
+            if seg not in per_segment:
+                per_segment[seg] = gradient_stats(model, train_ids, stream_segment(model, seg, bptt), train_tokens)
+            return per_segment[seg]
+
+    def dynamic_args(point: dict) -> dict:
+        """dynamic_states' keywords for a grid point: {lr, segment} (sgd), or with rule, decay and MS_g (rms)."""
+        if stats_of is None:
+            return dict(point)
+        return {**point, "rule": "rms", "stats": stats_of(point["segment"])}
+
     _, base_logp, _ = valid_states = stream_states(model, valid_ids, segment=segment)
     settings, rows = {}, []
     if "dynamic" in method:
         best = {"ppl": float("inf")}
 
         def dynamic_ppl(point: dict) -> float:
-            states = dynamic_states(model, valid_ids, clip=clip, bptt=bptt, **point)
+            states = dynamic_states(model, valid_ids, clip=clip, bptt=bptt, **dynamic_args(point))
             ppl = perplexity_of(states[1].numpy())
             if ppl < best["ppl"]:  # the first of equals, as choose_on_valid picks: its states serve the cache
                 best.update(ppl=ppl, states=states)
@@ -101,6 +146,9 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
 
         settings, rows = choose_on_valid(dynamic_ppl, grid_points(dyn_grid))
         valid_states = best["states"]
+        if fixed:  # rule rms: recorded with the choice (rule sgd's records stay {lr, segment}, as before)
+            settings = {**fixed, **settings}
+            rows = [{**fixed, **r} for r in rows]
     if "cache" in method:
         cached, cache_rows = choose_on_valid(lambda p: perplexity_of(cache_mix(*valid_states, **p)),
                                              grid_points(cache_grid))
@@ -115,9 +163,10 @@ def adapt(model, valid_ids, test_ids, method: str, *, grid: dict | None = None, 
     if method == "cache":
         test_logp = cache_logprobs(model, test_ids, segment=segment, **settings)
     elif method == "dynamic":
-        test_logp = dynamic_logprobs(model, test_ids, clip=clip, bptt=bptt, **settings)
+        test_logp = dynamic_logprobs(model, test_ids, clip=clip, bptt=bptt,
+                                     **dynamic_args({k: settings[k] for k in dyn_grid}))
     else:
-        dyn = {k: settings[k] for k in DYNAMIC_GRID}
+        dyn = dynamic_args({k: settings[k] for k in dyn_grid})
         test_logp = cache_mix(*dynamic_states(model, test_ids, clip=clip, bptt=bptt, **dyn),
                               **{k: settings[k] for k in CACHE_GRID})
     test_s = time.time() - t1

@@ -38,10 +38,11 @@ def check_stream_cell(run_dir: Path, mode: str, metrics: dict) -> None:
 
 
 def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict | None = None) -> dict:
-    """{valid: (log-probs, ppl, target ids), test: (...), "adapt": the record for adapt.json}."""
+    """{valid: (log-probs, ppl, target ids), test: (...), "adapt": the record for adapt.json}.  paths: {valid, test
+    [, train]}; train is read only by dynamic evaluation's rule rms (its gradient statistics)."""
     import torch
 
-    from lmgrid.adapt.cli import run_settings, split_stream
+    from lmgrid.adapt.cli import needs_train, run_settings, split_stream
     from lmgrid.adapt.tune import adapt
     from lmgrid.neural.allocator import keep_freed_blocks
     from lmgrid.neural.model_io import load_run
@@ -54,9 +55,15 @@ def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict
         torch.set_num_threads(threads)
     keep_freed_blocks()  # dynamic evaluation frees and reallocates the same gradients every segment
     lm = load_run(run_dir)
-    streams = {split: split_stream(lm.vocab, path) for split, path in paths.items()}
+    streams = {split: split_stream(lm.vocab, paths[split]) for split in ("valid", "test")}
+    train = None
+    if needs_train(method, grid):  # dynamic evaluation's rule rms: its gradient statistics come from train
+        if not paths.get("train"):
+            raise LmgridError(f"{run_dir}: mode {method} with rule rms needs the train split (--train)")
+        train = split_stream(lm.vocab, paths["train"])
     settings = run_settings(run_dir)
-    result = adapt(lm.model.cpu(), streams["valid"], streams["test"], method, grid=grid, **settings)
+    result = adapt(lm.model.cpu(), streams["valid"], streams["test"], method, grid=grid, train_ids=train,
+                   **settings)
     out = {split: (result.pop(f"{split}_log_probs"), result[f"{split}_ppl"], streams[split][1:])
            for split in ("valid", "test")}
     out["adapt"] = {"run_dir": str(run_dir), **settings, "threads": torch.get_num_threads(), **result}
@@ -75,13 +82,35 @@ def mode(method: str):
 ADAPTED_MODES = {m: mode(m) for m in METHODS}
 
 
+def dynamic_grid(section: dict) -> dict:
+    """The tuner's grid from the config's adapt.dynamic ({rule, lr, segment, rms_lr, decay, train_tokens}):
+    rule sgd gives {lr, segment} (what it gave before rule rms existed, so its jobs' params are unchanged); rule rms
+    gives {rule: rms, lr: rms_lr, decay, segment, train_tokens}."""
+    section = dict(section)
+    rule = section.pop("rule", "sgd")
+    rms = {k: section.pop(k) for k in ("rms_lr", "decay", "train_tokens") if k in section}
+    if rule != "rms":
+        return section
+    grid = {"rule": "rms", **({"lr": rms["rms_lr"]} if "rms_lr" in rms else {})}
+    grid.update({k: v for k, v in rms.items() if k != "rms_lr"})
+    if "segment" in section:
+        grid["segment"] = section["segment"]
+    return grid
+
+
 def grid_of(method: str, adapt_config: dict) -> dict:
-    """The grid of `method` from the config's `adapt:` section ({cache: {window, theta, lam}, dynamic: {lr,
-    segment}}): the parts the method uses, merged."""
+    """The grid of `method` from the config's `adapt:` section ({cache: {window, theta, lam}, dynamic: {rule, lr,
+    segment, rms_lr, decay, train_tokens}}): the parts the method uses, merged (dynamic's by dynamic_grid)."""
     grid: dict = {}
     for part in method.split("+"):
-        grid.update(adapt_config.get(part) or {})
+        section = adapt_config.get(part) or {}
+        grid.update(dynamic_grid(section) if part == "dynamic" else section)
     return grid
+
+
+def needs_train_split(method: str, adapt_config: dict) -> bool:
+    """Whether the mode reads the train split with this config (dynamic evaluation's rule rms)."""
+    return "dynamic" in method and (adapt_config.get("dynamic") or {}).get("rule", "sgd") == "rms"
 
 
 def read_settings(score_dir: str | Path) -> dict | None:

@@ -98,14 +98,17 @@ def base(run_dir: Path, paths: dict, vocab: Vocab, grid: dict | None = None) -> 
 MODES: dict[str, ModeFn] = {"base": base, **ADAPTED_MODES}
 
 
-def write_scores(run_dir, valid: str, test: str, vocab_path: str, mode: str, out_dir, grid: dict | None = None) -> dict:
+def write_scores(run_dir, valid: str, test: str, vocab_path: str, mode: str, out_dir, grid: dict | None = None,
+                 train: str = "") -> dict:
     """Score one cell in one mode and write {valid,test}.{npy,json} to out_dir (and a test-time mode's adapt.json);
-    returns {split: Scores}.  grid: a test-time mode's settings to choose from (None: lmgrid.adapt.tune's)."""
+    returns {split: Scores}.  grid: a test-time mode's settings to choose from (None: lmgrid.adapt.tune's).
+    train: the train split, given to a test-time mode only (dynamic evaluation's rule rms reads it; never scored)."""
     if mode not in MODES:
         raise LmgridError(f"mode: unknown score mode {mode!r} (one of: {', '.join(MODES)})")
     run_dir, vocab = Path(run_dir), Vocab.load(vocab_path)
     paths = {"valid": valid, "test": test}
-    scored = MODES[mode](run_dir, paths, vocab, grid)
+    scored = MODES[mode](run_dir, {**paths, "train": train} if train and mode in ADAPTED_MODES else paths, vocab,
+                         grid)
     # Everything is checked before anything is written: a failing split leaves no file of the other behind.
     ready = {}
     for split, path in paths.items():

@@ -9,7 +9,7 @@ def cmd_token_scores(a) -> None:
     from .cells import write_scores
 
     grid = parse_grid(a.grid)
-    out = write_scores(a.run_dir, a.valid, a.test, a.vocab, a.mode, a.out_dir, grid)
+    out = write_scores(a.run_dir, a.valid, a.test, a.vocab, a.mode, a.out_dir, grid, train=a.train)
     print(f"{a.run_dir} ({a.mode}): " + ", ".join(f"{s} {v.count} tokens, PPL {v.file_ppl():.3f} (the run's "
                                                   f"{v.ppl:.3f})" for s, v in out.items()), flush=True)
 
@@ -60,6 +60,8 @@ def register(sub) -> None:
     s.add_argument("--run-dir", required=True, help="the cell's run folder (results/<corpus>/runs/...)")
     s.add_argument("--valid", required=True, help="the valid split")
     s.add_argument("--test", required=True, help="the test split")
+    s.add_argument("--train", default="", help="the train split, for a test-time mode that reads it (dynamic "
+                                               "evaluation's rule rms: its gradient statistics); never scored")
     s.add_argument("--vocab", required=True, help="vocab.json (the target ids of the checksum)")
     s.add_argument("--mode", default="base", help="base (the run's own evaluation pass) or a test-time mode: "
                                                   "cache, dynamic, dynamic+cache (docs/adapt.md)")

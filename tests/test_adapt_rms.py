@@ -1,0 +1,202 @@
+"""Dynamic evaluation's rule rms (Krause et al. 2018): RMS-normalised steps with decay to the trained weights, the
+gradient statistics MS_g from the training split.
+
+Tiny untrained models on synthetic token streams, so every test takes seconds.  Each docstring names the mutation
+the test kills, and the test also runs that broken variant and asserts that the check catches it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lmgrid.adapt import dynamic, tune
+from lmgrid.adapt.dynamic import adapted_pass, dynamic_logprobs
+from lmgrid.adapt.stream import full_log_probs, perplexity_of, stream_states
+from lmgrid.combine.adapted import grid_of
+from lmgrid.errors import LmgridError
+from lmgrid.neural.data import stream_tokens
+
+from test_adapt import BPTT, EOS, V, _update_then_score, evaluate_one_row, matches_evaluate, sentences, tiny
+
+
+def _streams(seed: int = 0):
+    """(the model's text, a training stream): different sentences, as the splits are."""
+    return stream_tokens(sentences(30, 20 + seed), EOS), stream_tokens(sentences(60, 40 + seed), EOS)
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+
+def test_rms_lr_zero_decay_zero_is_the_base_ppl(monkeypatch):
+    """rule rms with lr 0 and decay 0 gives the base model's scores and lmgrid's evaluate's PPL, also after an
+    adapting rms pass (lr > 0, decay > 0) over the same model, which must leave the caller's weights as they were.
+    Mutation killed: adapting the caller's model in place (no deep copy), which the first pass then changes."""
+    model, ids = tiny("lstm-torch", dropout=0.3), sentences(30, 2)
+    stream, train = stream_tokens(ids, EOS), _streams()[1]
+    nll, n = evaluate_one_row(model, ids)
+    _, base, _ = stream_states(model, stream, bptt=BPTT)
+    rms = dict(rule="rms", train_ids=train, segment=BPTT, bptt=BPTT)
+
+    def base_after_adapting() -> bool:
+        dynamic_logprobs(model, stream, lr=0.05, decay=0.1, **rms)
+        got = dynamic_logprobs(model, stream, lr=0.0, decay=0.0, **rms)
+        return bool(np.allclose(got, base.numpy(), rtol=0, atol=1e-5)) and matches_evaluate(got, nll, n)
+
+    before = _params(model)
+    assert base_after_adapting()
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(model)))
+    monkeypatch.setattr(dynamic, "_float_copy", lambda m: m.float().eval())  # mutation: adapted in place
+    assert not base_after_adapting()
+
+
+def test_rms_never_scores_a_token_after_updating_on_it(monkeypatch):
+    """On i.i.d. uniform tokens nothing read so far predicts the next segment, so honest rms dynamic evaluation
+    cannot beat the base PPL by much, while a segment can be memorised in one step.  Mutation killed:
+    update-then-score for rule rms (a far lower, leaked PPL)."""
+    model = tiny("lstm-torch")
+    rng = np.random.default_rng(3)
+    stream, train = (torch.from_numpy(rng.integers(4, V, size=n)) for n in (600, 600))
+    base = perplexity_of(stream_states(model, stream, bptt=BPTT)[1].numpy())
+
+    def run():
+        return dynamic_logprobs(model, stream, lr=0.01, segment=10, bptt=BPTT, rule="rms", decay=0.1,
+                                train_ids=train)
+
+    def no_leak(log_probs) -> bool:
+        return perplexity_of(log_probs) > 0.9 * base
+
+    assert no_leak(run())
+    monkeypatch.setattr(dynamic, "_score_then_update", _update_then_score)
+    assert not no_leak(run())
+
+
+def _hand_ms(model, train, segment: int, train_tokens: int) -> list[torch.Tensor]:
+    """MS_g by hand: mean over the training segments of grad^2, the state carried (detached)."""
+    m = dynamic._float_copy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    ids = torch.as_tensor(train)[:train_tokens + 1]
+    sums, n, state = [torch.zeros_like(p) for p in params], 0, None
+    for start in range(0, len(ids) - 1, segment):
+        x, y = ids[None, start:start + segment], ids[None, start + 1:start + segment + 1]
+        x = x[:, :y.shape[1]]
+        h, state, _ = m.features(x, state)
+        loss = -full_log_probs(m, h[0]).gather(1, y[0, :, None]).mean()
+        for s, g in zip(sums, torch.autograd.grad(loss, params)):
+            s += g ** 2
+        state, n = m.detach_state(state), n + 1
+    return [s / n for s in sums]
+
+
+def _hand_two_steps(model, stream, train, *, lr, decay, segment, train_tokens, eps=1e-8) -> list[torch.Tensor]:
+    """The weights after the first two segments, computed from the formula with recorded g and MS."""
+    ms = _hand_ms(model, train, segment, train_tokens)
+    rms = [v.sqrt() for v in ms]
+    mean = torch.cat([r.reshape(-1) for r in rms]).double().mean().float()
+    rate = [torch.clamp(decay * r / mean, max=1.0) for r in rms]
+    m = dynamic._float_copy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    theta0 = [p.detach().clone() for p in params]
+    ids, state = torch.as_tensor(stream), None
+    for start in (0, segment):
+        x, y = ids[None, start:start + segment], ids[None, start + 1:start + segment + 1]
+        h, state, _ = m.features(x, state)
+        g = torch.autograd.grad(-full_log_probs(m, h[0]).gather(1, y[0, :, None]).mean(), params)
+        state = m.detach_state(state)
+        with torch.no_grad():
+            new = [p - lr * gi / (r + eps) + k * (p0 - p) for p, gi, r, k, p0 in zip(params, g, rms, rate, theta0)]
+            for p, v in zip(params, new):
+                p.copy_(v)
+    return [p.detach().clone() for p in params]
+
+
+def test_rms_update_matches_the_hand_computation(monkeypatch):
+    """After two segments (the second step is the first with theta != theta_0, so the decay acts), every adapted
+    parameter equals theta - lr g / (sqrt(MS) + eps) + min(decay sqrt(MS) / mean(sqrt(MS)), 1) (theta_0 - theta)
+    computed by hand from recorded g and MS (MS on train, state carried).  Mutations killed: the decay not
+    RMS-scaled (decay itself for every element); MS taken from another split (valid) than train."""
+    model = tiny("rnn")
+    valid, train = _streams(1)
+    stream = valid[:2 * BPTT + 1]
+    setting = dict(lr=1e-3, decay=0.5, segment=BPTT, train_tokens=150)
+    expected = _hand_two_steps(model, stream, train, **setting)
+    theta0 = _params(model)
+
+    def matches(stats_source) -> bool:
+        got = adapted_pass(model, stream, bptt=BPTT, rule="rms", train_ids=stats_source, **setting)[3]
+        return all(torch.allclose(p, e, rtol=1e-5, atol=1e-7) for p, e in zip(_params(got), expected))
+
+    assert matches(train)
+    assert any(not torch.allclose(p, e, rtol=1e-5, atol=1e-7) for p, e in zip(theta0, expected))  # it moved
+    assert not matches(valid)  # mutation: MS from valid
+    monkeypatch.setattr(dynamic, "decay_rates", lambda rms, decay: [torch.full_like(r, min(decay, 1.0))
+                                                                    for r in rms])  # mutation: not RMS-scaled
+    assert not matches(train)
+
+
+def test_rms_statistics_come_from_the_training_split_only(monkeypatch):
+    """The tuner computes MS_g on the train stream only, once per segment length, and the statistics' source
+    changes the scores (so it matters which split it is).  Mutation killed: valid (or test) passed as the
+    statistics' source, which the tuner refuses with one line; and rule rms run without a training split, refused."""
+    model = tiny("lstm-torch")
+    valid, train = _streams(2)
+    test = stream_tokens(sentences(30, 77), EOS)
+    grid = {"rule": "rms", "lr": [0.0, 0.01], "decay": [0.0, 0.1], "segment": [5, 7], "train_tokens": 200}
+    seen = []
+    real = tune.gradient_stats
+
+    def spy(model, ids, segment, train_tokens):
+        seen.append(("train" if ids is train else "valid" if ids is valid else "test" if ids is test else "?",
+                     segment, train_tokens))
+        return real(model, ids, segment, train_tokens)
+
+    monkeypatch.setattr(tune, "gradient_stats", spy)
+    result = tune.adapt(model, valid, test, "dynamic", grid=grid, bptt=BPTT, train_ids=train)
+    assert sorted(seen) == [("train", 5, 200), ("train", 7, 200)]
+    assert result["settings"]["rule"] == "rms" and len(result["grid"]) == 8
+    for wrong in (valid, test):  # mutation: the statistics from valid or test
+        with pytest.raises(LmgridError, match="training split"):
+            tune.adapt(model, valid, test, "dynamic", grid=grid, bptt=BPTT, train_ids=wrong.clone())
+    with pytest.raises(LmgridError, match="needs the training split"):
+        tune.adapt(model, valid, test, "dynamic", grid=grid, bptt=BPTT)
+    with pytest.raises(LmgridError, match="needs the training split"):
+        dynamic_logprobs(model, test, lr=0.01, segment=7, bptt=BPTT, rule="rms", decay=0.1)
+    point = dict(lr=0.01, segment=7, bptt=BPTT, rule="rms", decay=0.1)
+    assert not np.allclose(dynamic_logprobs(model, test, train_ids=train, **point),
+                           dynamic_logprobs(model, test, train_ids=valid, **point), rtol=0, atol=1e-6)
+
+
+def test_rms_decay_pulls_the_weights_back(monkeypatch):
+    """With a large decay the adapted weights after many segments stay far closer to theta_0 than with decay 0.
+    Mutation killed: the decay's sign flipped (theta pushed away from theta_0)."""
+    model = tiny("lstm-torch")
+    valid, train = _streams(3)
+    theta0 = _params(model)
+
+    def distance(decay: float) -> float:
+        got = adapted_pass(model, valid[:201], lr=3e-4, segment=10, bptt=BPTT, rule="rms", decay=decay,
+                           train_ids=train)[3]
+        return float(sum(((p - p0) ** 2).sum() for p, p0 in zip(_params(got), theta0)))
+
+    free = distance(0.0)
+    assert free > 0 and distance(0.2) < 0.5 * free
+    rates = dynamic.decay_rates
+    monkeypatch.setattr(dynamic, "decay_rates", lambda rms, decay: [-r for r in rates(rms, decay)])
+    assert not distance(0.2) < 0.5 * free
+
+
+def test_rule_sgd_config_keeps_the_old_grid():
+    """A config that does not ask for rms (the schema's defaults filled in: rule sgd with the rms keys present)
+    gives the tuner exactly the grid it gave before rule rms existed, {lr, segment}, so no existing job changes;
+    rule rms gives rms_lr as lr, decay, segment and train_tokens.  Mutation killed: the rms-only keys passed through
+    for rule sgd (the tuner would refuse them, and every existing dynamic job's params would change)."""
+    section = {"lr": [1.0, 3.0, 10.0], "segment": [10, 20], "rule": "sgd", "rms_lr": [1e-4, 1e-3],
+               "decay": [0.001, 0.01], "train_tokens": 100000}
+    assert grid_of("dynamic", {"dynamic": section}) == {"lr": [1.0, 3.0, 10.0], "segment": [10, 20]}
+    assert grid_of("dynamic", {"dynamic": {**section, "rule": "rms"}}) == {
+        "rule": "rms", "lr": [1e-4, 1e-3], "decay": [0.001, 0.01], "train_tokens": 100000, "segment": [10, 20]}
+    model = tiny("lstm-torch")
+    valid, train = _streams(4)
+    with pytest.raises(LmgridError, match="decay and train_tokens are settings of rule rms"):  # mutation
+        tune.adapt(model, valid, valid, "dynamic", grid={**grid_of("dynamic", {"dynamic": section}),
+                                                         "decay": [0.1]}, bptt=BPTT, train_ids=train)
