@@ -88,11 +88,13 @@ def _hand_ms(model, train, segment: int, train_tokens: int) -> list[torch.Tensor
     return [s / n for s in sums]
 
 
-def _hand_two_steps(model, stream, train, *, lr, decay, segment, train_tokens, eps=1e-8) -> list[torch.Tensor]:
-    """The weights after the first two segments, computed from the formula with recorded g and MS."""
+def _hand_two_steps(model, stream, train, *, lr, decay, segment, train_tokens, eps_rel=0.1) -> list[torch.Tensor]:
+    """The weights after the first two segments, computed from the formula with recorded g and MS (eps = eps_rel x
+    mean(sqrt(MS)), the mean over every element)."""
     ms = _hand_ms(model, train, segment, train_tokens)
     rms = [v.sqrt() for v in ms]
     mean = torch.cat([r.reshape(-1) for r in rms]).double().mean().float()
+    eps = eps_rel * mean
     rate = [torch.clamp(decay * r / mean, max=1.0) for r in rms]
     m = dynamic._float_copy(model)
     params = [p for p in m.parameters() if p.requires_grad]
@@ -200,3 +202,60 @@ def test_rule_sgd_config_keeps_the_old_grid():
     with pytest.raises(LmgridError, match="decay and train_tokens are settings of rule rms"):  # mutation
         tune.adapt(model, valid, valid, "dynamic", grid={**grid_of("dynamic", {"dynamic": section}),
                                                          "decay": [0.1]}, bptt=BPTT, train_ids=train)
+
+
+def test_an_element_without_training_gradient_steps_by_a_bounded_amount(monkeypatch):
+    """An element whose MS_g is 0 (a word the training tokens read never reached) moves by lr * |g| / eps with eps
+    = 0.1 x mean(sqrt(MS_g)), the model's own gradient scale, so one step stays of the size of the others'.
+    Mutation killed: an absolute eps (1e-8), which turns that element's first nonzero gradient into a step of
+    ~1e8 x lr x |g| (on the PTB LSTM such a grid ended in a NaN valid PPL)."""
+    model = tiny("rnn")
+    valid, train = _streams(2)
+    stream = valid[:BPTT + 1]
+    params = [p for p in model.parameters() if p.requires_grad]
+    stats = dynamic.gradient_stats(model, train, BPTT, 150)
+    grads = _one_grad(model, stream)
+    k = max(range(len(grads)), key=lambda i: float(grads[i].abs().max()))
+    stats[k] = stats[k].clone()
+    stats[k].view(-1)[int(grads[k].abs().argmax())] = 0.0  # the element with the largest gradient, never reached
+    lr = 1e-3
+
+    def largest_step() -> float:
+        got = adapted_pass(model, stream, lr=lr, segment=BPTT, bptt=BPTT, rule="rms", decay=0.0, stats=stats)[3]
+        return max(float((a - b).abs().max()) for a, b in zip(_params(got), [p.detach() for p in params]))
+
+    bound = lr / 0.1 * max(float(g.abs().max()) for g in grads) / dynamic.mean_rms(
+        [s.sqrt() for s in stats])
+    assert 0 < largest_step() <= bound * (1 + 1e-4)
+    monkeypatch.setattr(dynamic, "mean_rms", lambda rms: 1e-7)  # mutation: eps = 0.1 x 1e-7 = 1e-8, absolute
+    assert not largest_step() <= bound * (1 + 1e-4)
+
+
+def _one_grad(model, stream) -> list[torch.Tensor]:
+    """The gradient of the first segment's mean NLL under the model's own weights (float32 eval copy)."""
+    m = dynamic._float_copy(model)
+    params = [p for p in m.parameters() if p.requires_grad]
+    ids = torch.as_tensor(stream)
+    h, _, _ = m.features(ids[None, :BPTT], None)
+    return torch.autograd.grad(-full_log_probs(m, h[0]).gather(1, ids[None, 1:BPTT + 1][0, :, None]).mean(), params)
+
+
+def test_a_diverged_grid_point_is_recorded_and_never_chosen():
+    """A point whose pass blows up (lmgrid.ppl refuses its non-finite NLL) is kept in the rows with valid_ppl None and
+    not chosen; the other points still decide; every point diverged is one line.  Mutation killed: the tuner
+    letting the refusal end the whole grid (what the first PTB rms grid did, at 563 s), checked by running the
+    same points through a chooser without the guard."""
+    from lmgrid.ppl import perplexity
+
+    ppl = {1e-4: 120.0, 1e-3: 110.0, 1e-2: None}
+
+    def valid_ppl_of(p):
+        return ppl[p["lr"]] if ppl[p["lr"]] is not None else perplexity(float("nan"), 10)
+
+    points = tune.grid_points({"lr": [1e-4, 1e-2, 1e-3]})
+    chosen, rows = tune.choose_on_valid(valid_ppl_of, points)
+    assert chosen == {"lr": 1e-3} and [r["valid_ppl"] for r in rows] == [120.0, None, 110.0]
+    with pytest.raises(LmgridError, match="every point diverged"):
+        tune.choose_on_valid(valid_ppl_of, [{"lr": 1e-2}])
+    with pytest.raises(ValueError, match="perplexity is infinite"):  # the control: no guard, the grid ends
+        [valid_ppl_of(p) for p in points]

@@ -21,9 +21,10 @@ Rule "rms" is the paper's better form, RMS-normalised updates with a decay back 
       theta <- theta - lr * g / (sqrt(MS_g) + eps) + min(decay_eff, 1) * (theta_0 - theta),
       decay_eff = decay * sqrt(MS_g) / mean(sqrt(MS_g)),
   elementwise; mean(sqrt(MS_g)) is over every element of every adapted parameter, and min(., 1) keeps the pull back
-  from overshooting theta_0.  eps (EPS, 1e-8) only guards a division by zero: an element whose training gradient
-  was exactly 0 (say an untied input embedding row of a word absent from the training tokens) takes a step of
-  lr * g / eps if its gradient is ever nonzero; docs/adapt.md.
+  from overshooting theta_0.  eps = EPS_REL x mean(sqrt(MS_g)) (0.1 of the mean RMS): scaled to the gradients, so
+  that an element whose training gradient was exactly 0 (a word of an adaptive softmax's tail cluster that the
+  `train_tokens` read never reached, or an untied input embedding row of an absent word) steps by at most
+  lr * g / eps with eps of the model's gradient scale, not lr * g / 1e-8; docs/adapt.md.
 Both rules score before they update, in a float32 deep copy, in eval mode; lr = 0 and decay = 0 keep theta_0.
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _score_then_update(model, opt, params, x, y, state, clip: float):
     return scored, model.detach_state(new_state), hidden[0].detach()
 
 
-EPS = 1e-8  # rule rms: sqrt(MS_g) + EPS, the guard against a zero training gradient
+EPS_REL = 0.1  # rule rms: sqrt(MS_g) + EPS_REL * mean(sqrt(MS_g)), the guard against a zero training gradient
 RULES = ("sgd", "rms")
 TRAIN_TOKENS = 100_000  # rule rms: training targets whose gradients make MS_g
 
@@ -97,11 +98,15 @@ def gradient_stats(model, train_ids, segment: int, train_tokens: int = TRAIN_TOK
     return [s / n for s in sums]
 
 
+def mean_rms(rms: list[torch.Tensor]) -> float:
+    """mean(sqrt(MS_g)) over every element of every parameter (0.0 when there are none)."""
+    count = sum(r.numel() for r in rms)
+    return sum(float(r.double().sum()) for r in rms) / count if count else 0.0
+
+
 def decay_rates(rms: list[torch.Tensor], decay: float) -> list[torch.Tensor]:
     """min(decay * rms / mean(rms), 1) elementwise, the mean over every element of every parameter."""
-    total = sum(float(r.double().sum()) for r in rms)
-    count = sum(r.numel() for r in rms)
-    mean = total / count if count else 0.0
+    mean = mean_rms(rms)
     if mean <= 0:
         return [torch.full_like(r, min(decay, 1.0)) for r in rms]
     return [torch.clamp(decay * r / mean, max=1.0) for r in rms]
@@ -110,13 +115,14 @@ def decay_rates(rms: list[torch.Tensor], decay: float) -> list[torch.Tensor]:
 class RmsStep:
     """Rule rms's update, with the optimizer's two calls (_score_then_update uses it as it uses SGD)."""
 
-    def __init__(self, params, stats: list[torch.Tensor], *, lr: float, decay: float, eps: float = EPS):
+    def __init__(self, params, stats: list[torch.Tensor], *, lr: float, decay: float, eps_rel: float = EPS_REL):
         if len(stats) != len(params) or any(s.shape != p.shape for s, p in zip(stats, params)):
             raise LmgridError("dynamic: the gradient statistics do not match the model's parameters")
-        self.params, self.lr, self.eps = params, lr, eps
+        self.params, self.lr = params, lr
         self.theta0 = [p.detach().clone() for p in params]
         self.rms = [s.to(p.dtype).sqrt() for s, p in zip(stats, params)]
         self.rates = decay_rates(self.rms, decay)
+        self.eps = eps_rel * mean_rms(self.rms) or eps_rel  # no gradient at all in the statistics: eps_rel itself
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -133,7 +139,7 @@ class RmsStep:
 
 def adapted_pass(model, token_ids, *, lr: float, segment: int | None = None, clip: float = 0.25, bptt: int = 35,
                  rule: str = "sgd", decay: float = 0.0, train_ids=None, train_tokens: int = TRAIN_TOKENS,
-                 stats: list[torch.Tensor] | None = None, eps: float = EPS):
+                 stats: list[torch.Tensor] | None = None, eps_rel: float = EPS_REL):
     """dynamic_states' pass, also returning the adapted copy: (hidden [N, H], log-probs [N], targets [N], model).
     Rule rms needs MS_g: `stats` (gradient_stats of this segment length) or else `train_ids`, the TRAINING stream
     they are computed from (never valid or test: tune.adapt passes the train split)."""
@@ -149,7 +155,7 @@ def adapted_pass(model, token_ids, *, lr: float, segment: int | None = None, cli
             if train_ids is None:
                 raise LmgridError("dynamic: rule rms needs the training split (its gradient statistics MS_g)")
             stats = gradient_stats(model, train_ids, segment, train_tokens)
-        opt, clip = RmsStep(params, stats, lr=lr, decay=decay, eps=eps), 0.0  # rms: g unclipped, as MS_g's
+        opt, clip = RmsStep(params, stats, lr=lr, decay=decay, eps_rel=eps_rel), 0.0  # rms: g unclipped, as MS_g's
     logp, hidden, state = [], [], None
     with torch.enable_grad(), torch.autocast(device_type="cpu", enabled=False):
         for x, y in segments(ids, segment):
@@ -164,7 +170,7 @@ def dynamic_states(model, token_ids, *, lr: float, segment: int | None = None, c
     """Dynamic evaluation's pass: (hidden [N, H], log p(target) [N], targets [N]), float32, like
     stream.stream_states but with the weights adapted as described above; hidden[t] is the state that scored
     position t (what a cache on top of dynamic evaluation keeps).  rms: rule, decay, train_ids, train_tokens,
-    stats, eps (adapted_pass; the default rule is sgd)."""
+    stats, eps_rel (adapted_pass; the default rule is sgd)."""
     return adapted_pass(model, token_ids, lr=lr, segment=segment, clip=clip, bptt=bptt, **rms)[:3]
 
 
@@ -173,5 +179,5 @@ def dynamic_logprobs(model, token_ids, *, lr: float, segment: int | None = None,
     """Natural-log probability of every target of the stream `token_ids` (stream.py) under dynamic evaluation,
     float32 [len(token_ids) - 1], in corpus order.  segment: tokens scored between two updates (default bptt; the
     transformer's is its context_len); clip: the gradient norm bound of rule sgd (0 = none); rms: rule (sgd |
-    rms), decay, train_ids (the training stream, for rule rms), train_tokens, stats, eps (adapted_pass)."""
+    rms), decay, train_ids (the training stream, for rule rms), train_tokens, stats, eps_rel (adapted_pass)."""
     return dynamic_states(model, token_ids, lr=lr, segment=segment, clip=clip, bptt=bptt, **rms)[1].numpy()

@@ -24,6 +24,7 @@ Ties go to the first grid point in the order above (the smaller window, theta, l
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 import torch
@@ -61,10 +62,26 @@ def grid_points(grid: dict) -> list[dict]:
     return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
 
+def _valid_ppl_or_none(valid_ppl_of, point: dict) -> float | None:
+    """A point's valid PPL, or None when its pass diverged (a non-finite log-probability: a too large rate of
+    dynamic evaluation can blow the weights up); a diverged point is recorded as such, never chosen."""
+    try:
+        ppl = valid_ppl_of(point)
+    except ValueError as e:  # lmgrid.ppl.perplexity refuses a non-finite or overflowing NLL
+        if "perplexity is infinite" not in str(e):
+            raise
+        return None
+    return ppl if math.isfinite(ppl) else None
+
+
 def choose_on_valid(valid_ppl_of, points: list[dict]) -> tuple[dict, list[dict]]:
-    """The point with the lowest valid PPL (the first on a tie) and every point's row {**point, valid_ppl}."""
-    rows = [{**p, "valid_ppl": valid_ppl_of(p)} for p in points]
-    best = min(range(len(rows)), key=lambda i: rows[i]["valid_ppl"])
+    """The point with the lowest valid PPL (the first on a tie) and every point's row {**point, valid_ppl}; a point
+    whose pass diverged has valid_ppl None and is not chosen; if every point diverged, one line says so."""
+    rows = [{**p, "valid_ppl": _valid_ppl_or_none(valid_ppl_of, p)} for p in points]
+    finite = [i for i, r in enumerate(rows) if r["valid_ppl"] is not None]
+    if not finite:
+        raise LmgridError(f"adapt grid: every point diverged on valid (non-finite PPL): {points}")
+    best = min(finite, key=lambda i: rows[i]["valid_ppl"])
     return dict(points[best]), rows
 
 
