@@ -38,7 +38,6 @@ from .stream import as_stream, perplexity_of, stream_segment, stream_states
 CACHE_GRID = {"window": (100, 500, 2000), "theta": (0.1, 0.3, 1.0), "lam": (0.05, 0.1, 0.2)}
 DYNAMIC_GRID = {"lr": (1.0, 3.0, 10.0), "segment": (10, 20)}
 RMS_GRID = {"lr": (1e-4, 1e-3), "decay": (0.001, 0.01), "segment": (10, 20)}  # dynamic with rule rms
-DYNAMIC_FIXED = ("rule", "train_tokens")  # single values of the dynamic mode in a grid, not axes
 METHODS = ("cache", "dynamic", "dynamic+cache")
 
 

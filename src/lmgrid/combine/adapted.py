@@ -109,8 +109,11 @@ def grid_of(method: str, adapt_config: dict) -> dict:
 
 
 def needs_train_split(method: str, adapt_config: dict) -> bool:
-    """Whether the mode reads the train split with this config (dynamic evaluation's rule rms)."""
-    return "dynamic" in method and (adapt_config.get("dynamic") or {}).get("rule", "sgd") == "rms"
+    """Whether the mode reads the train split with this config (dynamic evaluation's rule rms): the test that
+    `lmgrid adapt` makes, on the grid this config gives the mode."""
+    from lmgrid.adapt.cli import needs_train
+
+    return needs_train(method, grid_of(method, adapt_config))
 
 
 def read_settings(score_dir: str | Path) -> dict | None:
