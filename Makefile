@@ -38,14 +38,17 @@ $(TSTAMP): $(STAMP) requirements-test.lock
 setup: $(STAMP)
 
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
-## (VERBOSE=1: Snakemake's full job blocks); ends with the report's path and the headline table
+## (VERBOSE=1: Snakemake's full job blocks); ends with the report's path and the headline table. A config with
+## `scales:` (presets/course_report.yaml) runs each scale first, each its own Snakemake run (lmgrid.scales)
 run: $(STAMP)
+	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
 	$(PY) -m lmgrid.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)
 dry: $(STAMP)
+	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --dry-run --cores $(CORES) $(DRYOUT)
 	$(SMK) --dry-run --cores $(CORES) $(SMKCFG) $(DRYOUT)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left

@@ -32,6 +32,7 @@ include: "workflow/rules/summary.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/embed.smk"
 include: "workflow/rules/combine.smk"
+include: "workflow/rules/scales.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -63,6 +64,7 @@ rule all:
         f"results/{CORPUS}/mlflow_sync.json",
         embedding_outputs(CORPUS),
         combine_outputs(CORPUS),
+        scales_outputs(CORPUS),
         expand("results/{corpus}/combine/combinations.{ext}", corpus=CORPUS, ext=["csv", "md", "html"])
         if COMBINE else [],
         expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])

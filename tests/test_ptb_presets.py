@@ -4,6 +4,9 @@ filling the reference table with the shape docs/contracts.md gives.  Needs the P
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,9 +23,8 @@ from lmgrid.runkey import all_runs
 from test_workflow import planned_jobs, snakemake
 
 PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
-# Run end to end (smoke-sized) in CI: every preset but course_report_full, whose studies are course_report's gate
-# study on another corpus name with the adaptive softmax (both exercised here by course_report and seed_table); it
-# is dry-run with the others.
+# Run end to end (smoke-sized) in CI: every preset but course_report_full, which runs there as course_report's scale
+# `full` (lmgrid.scales); it is dry-run alone with the others.
 END_TO_END = tuple(p for p in PRESETS if p != "course_report_full")
 SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
          "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper"}
@@ -98,10 +100,21 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
     cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
-    r = snakemake(work, repo, "--configfile", str(repo / "presets" / f"{preset}.yaml"),
-                  str(repo / "presets" / f"{SMOKE[preset]}.yaml"), timeout=1800)
+    files = [str(repo / "presets" / f"{preset}.yaml"), str(repo / "presets" / f"{SMOKE[preset]}.yaml")]
+    if cfg.get("scales"):  # as `make run` does: every scale first, each its own Snakemake run
+        r = subprocess.run([sys.executable, "-m", "lmgrid", "scales-run", "--configfile", *files, "--set", "", "--",
+                            str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d",
+                            str(work), "--cores", "2"], cwd=work, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    r = snakemake(work, repo, "--configfile", *files, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     corpus = work / "results" / smoke["corpus"]["name"]
+    if cfg.get("scales"):  # every scale's gate answers beside this config's, rows of both
+        compared = pd.read_csv(corpus / "scales" / "gates.csv")
+        assert set(compared["scale"]) == {smoke["corpus"]["name"]} | {f"{smoke['corpus']['name']}-{label}"
+                                                                      for label in cfg["scales"]}
+        assert set(compared["agree_pooled"]) <= {"yes", "no", "one scale"}
+        assert (compared["agree_pooled"] != "one scale").any()  # the LSTM's gates are asked at both scales
     for name in cfg["studies"]:
         assert (corpus / "studies" / name / "table.csv").is_file()
         assert (corpus / "studies" / name / "findings.md").is_file()

@@ -27,10 +27,16 @@ def test_make_run_and_make_dry_pass_the_same_arguments():
     """`make dry` stands for `make run` in the test below: both hand Snakemake the same $(SMKCFG) (what follows it
     only sets how much the terminal shows)."""
     rules = (REPO / "Makefile").read_text()
-    run = re.search(r"^run:.*\n\t(.*)\n", rules, re.M).group(1)
-    dry = re.search(r"^dry:.*\n\t(.*)\n", rules, re.M).group(1)
-    assert re.search(r"\$\(SMK\) --cores \$\(CORES\) \$\(SMKCFG\)( \$\(SMKOUT\))?$", run), run
-    assert re.search(r"\$\(SMK\) --dry-run --cores \$\(CORES\) \$\(SMKCFG\)( \$\(DRYOUT\))?$", dry), dry
+    run = re.search(r"^run:.*\n((?:\t.*\n)+)", rules, re.M).group(1).splitlines()
+    dry = re.search(r"^dry:.*\n((?:\t.*\n)+)", rules, re.M).group(1).splitlines()
+    # Each: the config's scales first (lmgrid.scales, with the same CONFIG, and SET from the environment), then the
+    # config itself.
+    assert re.search(r"scales-run \$\(if \$\(CONFIG\),--configfile \$\(CONFIG\)\) -- \$\(SMK\) --cores \$\(CORES\)",
+                     run[0]), run
+    assert re.search(r"scales-run \$\(if \$\(CONFIG\),--configfile \$\(CONFIG\)\) -- \$\(SMK\) --dry-run --cores "
+                     r"\$\(CORES\)", dry[0]), dry
+    assert re.search(r"\$\(SMK\) --cores \$\(CORES\) \$\(SMKCFG\)( \$\(SMKOUT\))?$", run[1]), run
+    assert re.search(r"\$\(SMK\) --dry-run --cores \$\(CORES\) \$\(SMKCFG\)( \$\(DRYOUT\))?$", dry[1]), dry
 
 
 @pytest.mark.skipif(not (VENV / "bin" / "snakemake").is_file(), reason="snakemake is not in this environment")

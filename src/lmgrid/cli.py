@@ -152,7 +152,7 @@ def cmd_generate(a) -> None:
 # Subcommands contributed by the model families and the aggregation stage: each module
 # has `register(subparsers)`.
 PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.aggregate.cli", "lmgrid.embed.cli", "lmgrid.combine.cli",
-           "lmgrid.adapt.cli")
+           "lmgrid.adapt.cli", "lmgrid.scales")
 
 
 def build_parser() -> argparse.ArgumentParser:

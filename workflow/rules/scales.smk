@@ -1,0 +1,54 @@
+# Scales (lmgrid.scales): the config's `scales:` are other settings of the same experiment, each its own Snakemake
+# run under corpus name <corpus>-<label>, which `make run` runs before this one (`lmgrid scales-run`). Here: the gate
+# studies' answers of this config and of every scale, side by side. A scale whose results are not there yet (a bare
+# `snakemake` or `make dry` before the scales ran) leaves the comparison out of this run, saying so in one line: its
+# files are another run's outputs, which no rule of this config makes.
+from lmgrid.scales import OUTPUTS as SCALES_OUTPUTS
+from lmgrid.scales import SCALES_DIR, gate_effect_file, gate_studies, scales_of
+
+try:
+    SCALES = scales_of(_CLI_FILES, workflow.config_settings.config.get("set", "")) if config["scales"] else []
+except LmgridError as _e:
+    sys.exit(f"lmgrid: error: {_e}")
+
+
+def scales_tables():
+    """(scale, study, gates_effect.csv) of this config's gate studies, then of each scale's."""
+    own = [(CORPUS, s, gate_effect_file(CORPUS, s)) for s in gate_studies(config)]
+    return own + [(s.corpus, g, gate_effect_file(s.corpus, g)) for s in SCALES for g in gate_studies(s.config)]
+
+
+_MISSING = [path for corpus, _, path in scales_tables() if corpus != CORPUS and not os.path.exists(path)]
+if _MISSING:
+    print(f"lmgrid: the scales' comparison is left out of this run: {_MISSING[0]} is not there yet "
+          f"(`make run` runs every scale first)", file=sys.stderr)
+
+
+def scales_outputs(corpus):
+    return [f"{SCALES_DIR}/gates.{e}".format(corpus=corpus) for e in SCALES_OUTPUTS] if SCALES and not _MISSING else []
+
+
+if SCALES and not _MISSING:
+
+    rule scales:
+        localrule: local("scales")
+        input:
+            [path for _, _, path in scales_tables()],
+        output:
+            csv=f"{SCALES_DIR}/gates.csv",
+            md=f"{SCALES_DIR}/gates.md",
+            html=report(f"{SCALES_DIR}/gates.html", caption="../report/scales.rst", category="Scales"),
+        params:
+            tables=" ".join(f"--table {shlex.quote(a)} {shlex.quote(b)} {shlex.quote(c)}" for a, b, c in scales_tables()),
+            stem=lambda w: f"results/{w.corpus}/scales/gates",
+            scales=" ".join(shlex.quote(f"--scale={c}={what}") for c, what in
+                            [(CORPUS, f"this config ({' '.join(_CLI_FILES) or 'config.yaml'})")]
+                            + [(s.corpus, f"scale '{s.label}' ({' '.join(s.configfiles)})") for s in SCALES]),
+        log:
+            "results/{corpus}/logs/scales.log",
+        conda:
+            ENV
+        message:
+            brief("{wildcards.corpus}: the gate question at every scale -> {output.md}")
+        shell:
+            "lmgrid scales-compare {params.tables} {params.scales} --out-stem {params.stem} > {log} 2>&1"
