@@ -123,3 +123,19 @@ def test_the_comparison_sets_each_scales_answer_side_by_side(tmp_path):
     md = (tmp_path / "gates.md").read_text()
     assert "ptb-full: the whole set" in md and "(t, df 4)" in md and md.count("| lstm ") == 4
     assert len(pd.read_csv(f"{stem}.csv")) == len(rows) == 5
+
+
+def test_status_and_plan_show_each_scale_before_the_config(work, monkeypatch, capsys):
+    """Kills "make status/plan show the config alone" (a scale's cells, which `make run` trains first, unlisted):
+    the scale's table comes first, with its own files and SET."""
+    from lmgrid import progress
+
+    calls = []
+    monkeypatch.setattr(progress, "_one", lambda command, files, assignments, cores: calls.append((files, assignments)))
+    progress.main("status", ["presets/main.yaml"], "", 2)
+    assert calls == [(["presets/wide.yaml"], "corpus.name=synth-wide scales={}"), (["presets/main.yaml"], "")]
+    out = capsys.readouterr().out
+    assert out.index("## scale 'wide' (results/synth-wide/") < out.index("## this config (results/synth/)")
+    calls.clear()
+    progress.main("plan", ["later.yaml"], "", 2)  # Negative control: no scales, one table, no headings.
+    assert calls == [(["later.yaml"], "")] and "##" not in capsys.readouterr().out

@@ -277,6 +277,19 @@ def format_plan(config: dict, cells: list[Cell], rest: Left) -> str:
 def main(command: str, configfiles: list[str], assignments: str, cores: int) -> None:
     from .config import load_config
 
+    from .scales import scales_of
+
+    # A config's scales (lmgrid.scales) run first under `make run`: each gets its own table, under its own heading.
+    for scale in scales_of(configfiles, assignments):
+        print(f"## scale '{scale.label}' (results/{scale.corpus}/, run first)\n")
+        _one(command, list(scale.configfiles), scale.assignments, cores)
+        print(f"\n## this config (results/{load_config(configfiles, assignments)['corpus']['name']}/)\n")
+    _one(command, configfiles, assignments, cores)
+
+
+def _one(command: str, configfiles: list[str], assignments: str, cores: int) -> None:
+    from .config import load_config
+
     config = load_config(configfiles, assignments)
     plan = dry_run(configfiles, assignments, cores)
     cells = grid_status(config, plan)
