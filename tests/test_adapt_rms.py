@@ -259,3 +259,19 @@ def test_a_diverged_grid_point_is_recorded_and_never_chosen():
         tune.choose_on_valid(valid_ppl_of, [{"lr": 1e-2}])
     with pytest.raises(ValueError, match="perplexity is infinite"):  # the control: no guard, the grid ends
         [valid_ppl_of(p) for p in points]
+
+
+def test_only_divergence_is_a_diverged_point_other_errors_end_the_grid():
+    """Mutation killed: the guard catching every ValueError (a bug in a pass, such as a shape or a zero token count,
+    recorded as 'diverged' and the grid going on without it).  The guard catches lmgrid.ppl.InfinitePerplexity,
+    a type, not a message's words."""
+    from lmgrid.ppl import InfinitePerplexity, perplexity
+
+    def bug(p):
+        return perplexity(1.0, 0)  # zero counted tokens: a ValueError that is no divergence
+
+    with pytest.raises(ValueError, match="zero counted tokens"):
+        tune.choose_on_valid(bug, [{"lr": 1.0}])
+    with pytest.raises(InfinitePerplexity):
+        perplexity(float("inf"), 3)
+    assert tune._valid_ppl_or_none(lambda p: perplexity(float("inf"), 3), {}) is None

@@ -13,6 +13,11 @@ from collections.abc import Iterable, Sequence
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
 
 
+class InfinitePerplexity(ValueError):
+    """A non-finite or overflowing NLL: raised, never returned as a score (callers that expect it, such as the
+    test-time tuner meeting a diverged grid point, catch this type, not a message)."""
+
+
 def targets(sentence: Sequence[str]) -> list[str]:
     """The tokens a model is scored on for one sentence: its words, then ``</s>``."""
     return [*sentence, EOS]
@@ -33,5 +38,5 @@ def perplexity(nll_nats: float, n_tokens: int) -> float:
         value = math.inf
     if not math.isfinite(value):
         what = "non-finite" if not math.isfinite(nll_nats) else "overflowing"
-        raise ValueError(f"{what} NLL ({nll_nats:g} nats over {n_tokens} tokens): perplexity is infinite")
+        raise InfinitePerplexity(f"{what} NLL ({nll_nats:g} nats over {n_tokens} tokens): perplexity is infinite")
     return value

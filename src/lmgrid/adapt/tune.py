@@ -30,6 +30,7 @@ import time
 import torch
 
 from lmgrid.errors import LmgridError
+from lmgrid.ppl import InfinitePerplexity
 
 from .cache import cache_logprobs, cache_mix
 from .dynamic import RULES, TRAIN_TOKENS, dynamic_logprobs, dynamic_states, gradient_stats
@@ -66,9 +67,7 @@ def _valid_ppl_or_none(valid_ppl_of, point: dict) -> float | None:
     dynamic evaluation can blow the weights up); a diverged point is recorded as such, never chosen."""
     try:
         ppl = valid_ppl_of(point)
-    except ValueError as e:  # lmgrid.ppl.perplexity refuses a non-finite or overflowing NLL
-        if "perplexity is infinite" not in str(e):
-            raise
+    except InfinitePerplexity:  # lmgrid.ppl.perplexity refuses a non-finite or overflowing NLL
         return None
     return ppl if math.isfinite(ppl) else None
 
