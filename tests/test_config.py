@@ -224,3 +224,23 @@ def test_one_seeds_setting_sets_every_studys_seeds(base, repo, monkeypatch):
         _resolve(base, {"set": "seeds=[]"})
     monkeypatch.setattr(config_mod, "apply_seeds", lambda config: None)
     assert _resolve(base, {"set": "seeds=[1]"})["studies"]["gates"]["seed"] == own["studies"]["gates"]["seed"]
+
+
+@pytest.mark.parametrize("assignments, message", [
+    ("adapt.dynamic.rule=rms adapt.dynamic.lr=[2.0]",
+     "--config set: adapt.dynamic.lr: rule sgd only, and adapt.dynamic.rule is 'rms': it would change nothing"),
+    ("adapt.dynamic.decay=[0.1]",
+     "--config set: adapt.dynamic.decay: rule rms only, and adapt.dynamic.rule is 'sgd': it would change nothing"),
+])
+def test_a_dynamic_setting_of_the_other_rule_is_refused(repo, monkeypatch, assignments, message):
+    """Mutation killed: a setting only the other update rule reads, accepted (a grid reported that never ran).
+    Negative control: the same values under their own rule, and the defaults under either rule, pass."""
+    from lmgrid.config import load_config
+
+    monkeypatch.chdir(repo)
+    with pytest.raises(LmgridError) as err:
+        load_config([], assignments)
+    assert str(err.value) == message
+    load_config([], "adapt.dynamic.rule=rms adapt.dynamic.decay=[0.1]")
+    load_config([], "adapt.dynamic.lr=[2.0]")
+    load_config([], "adapt.dynamic.rule=rms")

@@ -328,6 +328,24 @@ def check_semantics(config: dict, sources: Sources | str = "config", base_dir: s
         if not expand_study(study):
             raise LmgridError(f"{src('studies', name)}: studies.{name}: the grid is empty")
     _check_model_shapes(config, src)
+    _check_dynamic_rule(config, src)
+
+
+# adapt.dynamic's settings that only one update rule reads (lmgrid.adapt.dynamic).
+RULE_ONLY = {"sgd": ("lr",), "rms": ("rms_lr", "decay", "train_tokens")}
+
+
+def _check_dynamic_rule(config: dict, src) -> None:
+    """A setting of the other update rule, changed from its default, would change nothing: refused, so that no one
+    reads a grid that was never run."""
+    dynamic = (config.get("adapt") or {}).get("dynamic") or {}
+    rule = dynamic.get("rule", "sgd")
+    props = load_schema()["properties"]["adapt"]["properties"]["dynamic"]["properties"]
+    for other, keys in RULE_ONLY.items():
+        for key in keys if other != rule else ():
+            if key in dynamic and dynamic[key] != props[key]["default"]:
+                raise LmgridError(f"{src('adapt', 'dynamic', key)}: adapt.dynamic.{key}: rule {other} only, and "
+                                  f"adapt.dynamic.rule is {rule!r}: it would change nothing")
 
 
 def _check_ptb(corpus: dict, src, base: Path) -> None:
