@@ -280,9 +280,11 @@ def main(command: str, configfiles: list[str], assignments: str, cores: int) -> 
     from .scales import scales_of
 
     # A config's scales (lmgrid.scales) run first under `make run`: each gets its own table, under its own heading.
-    for scale in scales_of(configfiles, assignments):
+    scales = scales_of(configfiles, assignments)
+    for scale in scales:
         print(f"## scale '{scale.label}' (results/{scale.corpus}/, run first)\n")
         _one(command, list(scale.configfiles), scale.assignments, cores)
+    if scales:
         print(f"\n## this config (results/{load_config(configfiles, assignments)['corpus']['name']}/)\n")
     _one(command, configfiles, assignments, cores)
 

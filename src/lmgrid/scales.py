@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from pathlib import Path
 from .config import load_config, load_yaml
 from .errors import LmgridError, atomic_write
 
-LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
 SCALES_DIR = "results/{corpus}/scales"
 OUTPUTS = ("csv", "md", "html")
 # The two answers a gate study gives (aggregate.effects._directions): over the whole window, and at the window
@@ -61,9 +59,7 @@ def scales_of(configfiles=(), assignments: str = "", base_dir: str | Path = ".")
     # A scale's file is found beside the file that names it (presets/ names presets/), else from the working folder.
     home = Path(declared_in).parent if declared_in else Path(base_dir)
     out = []
-    for label, name in scales.items():
-        if not LABEL.match(label):
-            raise LmgridError(f"scales.{label}: a label is lower-case letters, digits and _, starting with a letter")
+    for label, name in scales.items():  # labels: the schema's pattern, checked by load_config
         path = str(home / name)
         if not Path(path).is_file():
             raise LmgridError(f"scales.{label}: {name}: file not found (looked for {path})")

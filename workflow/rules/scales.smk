@@ -12,35 +12,37 @@ except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
 
-def scales_tables():
+def _scales_tables():
     """(scale, study, gates_effect.csv) of this config's gate studies, then of each scale's."""
     own = [(CORPUS, s, gate_effect_file(CORPUS, s)) for s in gate_studies(config)]
     return own + [(s.corpus, g, gate_effect_file(s.corpus, g)) for s in SCALES for g in gate_studies(s.config)]
 
 
-_MISSING = [path for corpus, _, path in scales_tables() if corpus != CORPUS and not os.path.exists(path)]
+SCALES_TABLES = _scales_tables() if SCALES else []
+_MISSING = [path for corpus, _, path in SCALES_TABLES if corpus != CORPUS and not os.path.exists(path)]
 if _MISSING:
     print(f"lmgrid: the scales' comparison is left out of this run: {_MISSING[0]} is not there yet "
           f"(`make run` runs every scale first)", file=sys.stderr)
+COMPARE_SCALES = bool(SCALES) and not _MISSING
 
 
 def scales_outputs(corpus):
-    return [f"{SCALES_DIR}/gates.{e}".format(corpus=corpus) for e in SCALES_OUTPUTS] if SCALES and not _MISSING else []
+    return [f"{SCALES_DIR}/gates.{e}".format(corpus=corpus) for e in SCALES_OUTPUTS] if COMPARE_SCALES else []
 
 
-if SCALES and not _MISSING:
+if COMPARE_SCALES:
 
     rule scales:
         localrule: local("scales")
         input:
-            [path for _, _, path in scales_tables()],
+            [path for _, _, path in SCALES_TABLES],
         output:
             csv=f"{SCALES_DIR}/gates.csv",
             md=f"{SCALES_DIR}/gates.md",
             html=report(f"{SCALES_DIR}/gates.html", caption="../report/scales.rst", category="Scales"),
         params:
-            tables=" ".join(f"--table {shlex.quote(a)} {shlex.quote(b)} {shlex.quote(c)}" for a, b, c in scales_tables()),
-            stem=lambda w: f"results/{w.corpus}/scales/gates",
+            tables=" ".join(f"--table {shlex.quote(a)} {shlex.quote(b)} {shlex.quote(c)}" for a, b, c in SCALES_TABLES),
+            stem=lambda w: f"{SCALES_DIR.format(corpus=w.corpus)}/gates",
             scales=" ".join(shlex.quote(f"--scale={c}={what}") for c, what in
                             [(CORPUS, f"this config ({' '.join(_CLI_FILES) or 'config.yaml'})")]
                             + [(s.corpus, f"scale '{s.label}' ({' '.join(s.configfiles)})") for s in SCALES]),
