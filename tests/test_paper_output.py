@@ -70,6 +70,43 @@ def text_problems(fig) -> list[str]:
             if t.get_visible() and t.get_text().strip() and not 7 <= t.get_fontsize() <= 9]
 
 
+def clipped_text(fig) -> list[str]:
+    """Titles, axis labels and legend entries that reach past the figure's edge (cut off in the saved file)."""
+    fig.draw_without_rendering()  # lays the figure out as savefig does (constrained layout included)
+    texts = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label,
+                                            ax.yaxis.label)]
+    texts += [t for t in (fig._supxlabel, fig._supylabel, fig._suptitle) if t is not None]
+    texts += [t for leg in fig.legends + [ax.get_legend() for ax in fig.axes] if leg for t in leg.get_texts()]
+    box = fig.bbox
+    return [repr(t.get_text()) for t in texts if t.get_visible() and t.get_text().strip() and
+            ((e := t.get_window_extent()).x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1
+             or e.y1 > box.y1 + 1)]
+
+
+def test_no_title_or_label_runs_off_the_figure(built, tmp_path, monkeypatch):
+    """Every title, axis label and legend entry of three studies' figures, and of an LSTM-only gate study's (four
+    panels in one full-width row, as course_report's full scale), lies inside the figure.  Kills "panel titles
+    that name what every panel shares": the control, run here, titles the LSTM-only study's position panels
+    "LSTM: candidate g, layer 1" (the titles before, in a one-layer study) and sees that title run off the right
+    edge, as it did in the full scale's figure."""
+    _, figs = built
+    assert any(stem.endswith("gates_vs_position") for stem in figs)
+    assert {stem: p for stem, fig in figs.items() if (p := clipped_text(fig))} == {}
+
+    from lmgrid.aggregate import gate_plots
+    lstm_only = {**STUDIES["gates"], "arch": ["lstm"]}
+
+    def position_figure(root):
+        kept = _keep_figures(monkeypatch)
+        write_fake_results(root, CORPUS, {"gates": lstm_only})
+        build.build_study(CORPUS, "gates", lstm_only, None, root)
+        return next(fig for stem, fig in kept.items() if stem.endswith("gates_vs_position"))
+
+    assert clipped_text(position_figure(tmp_path / "titled")) == []
+    monkeypatch.setattr(gate_plots, "GATE_NAMES", {g: f"{n}, layer 1" for g, n in gate_plots.GATE_NAMES.items()})
+    assert "'LSTM: candidate g, layer 1'" in clipped_text(position_figure(tmp_path / "mutant"))
+
+
 def test_figures_are_a_column_or_the_full_width_with_7_to_9_pt_truetype_text(built, tmp_path, monkeypatch):
     """Every figure PDF of three studies is 3.3 or 6.9 in wide, holds no Type 3 font, and all its text is 7-9 pt;
     axis labels are words, not code names.  Controls, run here: the same figure under the old settings (10 pt text,

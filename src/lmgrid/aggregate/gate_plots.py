@@ -67,7 +67,10 @@ def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
     steps = sorted(df["n_step"].unique())
     cmap = plt.get_cmap("viridis")
     colours = {n: cmap(i / max(len(steps) - 1, 1)) for i, n in enumerate(steps)}
+    # A title names only what differs between panels: four full-width columns leave about 20 characters a title,
+    # and "LSTM: candidate g, layer 1" of a one-layer study overran the figure's right edge.
     many_depths = df["layers"].nunique() > 1
+    many_layers = df["layer"].nunique() > 1
     fig, axes = plots._grid(len(panels), 1.6, ncols_max=4, extra_h=0.15)
     handles = {}
     for ax, (model, layers, layer, gate) in zip(axes, panels):
@@ -76,8 +79,8 @@ def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
             yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
             handles[n] = plots._bars(ax, per["position"], per["mean"], yerr, per["seeds"], marker="o", ms=2.5,
                                color=colours[n], label=f"n = {n}")
-        depth = f" of {layers}" if many_depths else ""
-        ax.set_title(f"{names.display(model)}: {GATE_NAMES.get(gate, gate)}, layer {layer + 1}{depth}")
+        where = f", layer {layer + 1}" + (f" of {layers}" if many_depths else "") if many_layers or many_depths else ""
+        ax.set_title(f"{names.display(model)}: {GATE_NAMES.get(gate, gate)}{where}")
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.supxlabel("window position (0 = oldest input token)", fontsize=plots.PAPER_STYLE["axes.labelsize"])
     fig.supylabel("mean gate activation", fontsize=plots.PAPER_STYLE["axes.labelsize"])
