@@ -68,7 +68,8 @@ def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
     cmap = plt.get_cmap("viridis")
     colours = {n: cmap(i / max(len(steps) - 1, 1)) for i, n in enumerate(steps)}
     # A title names only what differs between panels: four full-width columns leave about 20 characters a title,
-    # and "LSTM: candidate g, layer 1" of a one-layer study overran the figure's right edge.
+    # and "LSTM: candidate g, layer 1" of a one-layer study overran the figure's right edge.  Several depths mean
+    # several layers too, so the depth is only ever added to a layer that is named.
     many_depths = df["layers"].nunique() > 1
     many_layers = df["layer"].nunique() > 1
     fig, axes = plots._grid(len(panels), 1.6, ncols_max=4, extra_h=0.15)
@@ -79,7 +80,8 @@ def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
             yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
             handles[n] = plots._bars(ax, per["position"], per["mean"], yerr, per["seeds"], marker="o", ms=2.5,
                                color=colours[n], label=f"n = {n}")
-        where = f", layer {layer + 1}" + (f" of {layers}" if many_depths else "") if many_layers or many_depths else ""
+        where = f", layer {layer + 1}" if many_layers else ""
+        where += f" of {layers}" if many_depths else ""
         ax.set_title(f"{names.display(model)}: {GATE_NAMES.get(gate, gate)}{where}")
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.supxlabel("window position (0 = oldest input token)", fontsize=plots.PAPER_STYLE["axes.labelsize"])
