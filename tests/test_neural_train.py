@@ -330,3 +330,34 @@ def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, 
         got = by_key[(r["scope"], r["layer"], r["gate"], r["index"])]
         assert int(got["count"]) == r["count"]
         assert float(got["mean"]) == pytest.approx(r["mean"], abs=1e-5)
+
+
+def test_training_skips_the_nan_fill_of_deterministic_mode_with_the_same_bits(tmp_path, monkeypatch):
+    """Training under deterministic algorithms does not fill each new tensor with NaN (PyTorch's default there, ~5%
+    of a PTB GRU step), gives back the caller's setting, and trains to exactly the numbers the fill gives.
+
+    Negative control, run here: kills "the fill left on" (FILL_UNINITIALIZED_MEMORY = True): the probe inside the
+    training step then sees the fill, and its run must still match to the bit."""
+    from lmgrid.neural import module as module_mod
+
+    real, seen = module_mod.batch_nll, []
+
+    def probed(model, *args, **kwargs):
+        if model.training:
+            seen.append(torch.utils.deterministic.fill_uninitialized_memory)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(module_mod, "batch_nll", probed)
+    corpus = tiny_corpus(tmp_path)
+    hp = dict(epochs=2, dropout=0.3, deterministic=True)
+    assert torch.utils.deterministic.fill_uninitialized_memory is True  # PyTorch's default, the caller's here
+    runs = {}
+    for fill in (False, True):
+        monkeypatch.setattr(train_mod, "FILL_UNINITIALIZED_MEMORY", fill)
+        seen.clear()
+        metrics, run_dir = train(corpus, tmp_path / str(fill), arch="gru", regime="stream", **hp)
+        assert seen and set(seen) == {fill}, fill
+        assert torch.utils.deterministic.fill_uninitialized_memory is True  # given back
+        runs[fill] = (metrics["valid"]["ppl"], metrics["test"]["ppl"],
+                      [r[:-1] for r in csv.reader((run_dir / "log.csv").open())])  # wall_s aside
+    assert runs[False] == runs[True]

@@ -24,6 +24,7 @@ from lmgrid.models import build_model
 from lmgrid.neural.callbacks import Progress
 from lmgrid.neural.data import StreamChunks, batchify, loader, stream_tokens
 from lmgrid.neural.module import LMModule, batch_nll
+from lmgrid.neural.train import FILL_UNINITIALIZED_MEMORY
 from lmgrid.ppl import EOS, PAD
 from lmgrid.vocab import build
 
@@ -110,6 +111,7 @@ def main(argv: list[str]) -> int:
         print(f"lstm bench: {train_path} not found (set LMGRID_PTB_DIR or --ptb-dir)")
         return 2
     torch.set_num_threads(args.threads)
+    torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED_MEMORY  # as `lmgrid train` sets it
     sents = load_split(train_path)
     vocab = build(sents)
     stream = stream_tokens([vocab.encode(s) for s in sents], vocab.index[EOS])
