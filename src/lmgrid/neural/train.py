@@ -237,8 +237,9 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         was_deterministic = torch.are_deterministic_algorithms_enabled()
         was_filling = torch.utils.deterministic.fill_uninitialized_memory
         # Deterministic mode also fills every new tensor with NaN, by default, so that a read of uninitialised
-        # memory shows; no op here reads one, so the results are the same bits without it, and the fill took about
-        # 5% of a PTB GRU training step (py-spy). PyTorch's docs advise exactly this switch for such programs.
+        # memory shows; no op here reads one, so the results are the same bits without it (tested), and the fill is
+        # pure cost: py-spy put 4.7% of a PTB GRU job's samples in it (docs/benchmarks.md). PyTorch's docs advise
+        # this switch for programs that read no uninitialised memory.
         torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED_MEMORY
         try:
             trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
