@@ -41,6 +41,7 @@ from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
 
 from . import gates as gates_mod
+from .averaging import WeightAverage
 from .callbacks import EpochLog, Progress
 from .data import LMData
 from .hparams import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
@@ -212,6 +213,8 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
     progress = Progress(hp["log_every"], ckpt_dir / "progress.json" if main else None)  # read by `lmgrid status`
     callbacks = [epoch_log, progress, ckpt]
+    if hp["average_from_epoch"] > 0:  # validate and keep the mean of the weights from that epoch on (averaging.py)
+        callbacks.insert(0, WeightAverage(hp["average_from_epoch"]))
     # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
     # metrics.json and in the final line.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
