@@ -94,13 +94,15 @@ def assert_same_training(one: tuple, two: tuple) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("regime", ["window", "stream"])
-def test_two_gloo_processes_train_like_one(tmp_path, regime):
+@pytest.mark.parametrize("regime,extra", [("window", {}), ("stream", {}), ("stream", {"average_from_epoch": 2})],
+                         ids=["window", "stream", "stream-averaged"])
+def test_two_gloo_processes_train_like_one(tmp_path, regime, extra):
+    """Two gloo processes train and validate like one (with weight averaging too: each process keeps the mean)."""
     if (reason := ddp_available()) is not None:
         pytest.skip(reason)
     corpus = tiny_corpus(tmp_path)
-    one = train(corpus, tmp_path / "one", regime=regime, **HP)
-    two = train_ddp(corpus, tmp_path / "two", regime, **HP)
+    one = train(corpus, tmp_path / "one", regime=regime, **HP, **extra)
+    two = train_ddp(corpus, tmp_path / "two", regime, **HP, **extra)
     worst = assert_same_training(one, two)
     print(f"{regime}: largest relative difference 1 vs 2 processes: {worst:.2e}")
     assert sorted(p.name for p in two[1].iterdir()) == ["gates.csv", "log.csv", "metrics.json", "model.ckpt"]
