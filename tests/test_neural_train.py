@@ -333,11 +333,13 @@ def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, 
 
 
 def test_training_skips_the_nan_fill_of_deterministic_mode_with_the_same_bits(tmp_path, monkeypatch):
-    """Training under deterministic algorithms does not fill each new tensor with NaN (PyTorch's default there, ~5%
-    of a PTB GRU step), gives back the caller's setting, and trains to exactly the numbers the fill gives.
+    """Training under deterministic algorithms does not fill each new tensor with NaN (PyTorch's default there;
+    py-spy put 4.7% of a PTB GRU job's samples in it), gives back the caller's setting, and trains to exactly the
+    numbers the fill gives.
 
-    Negative control, run here: kills "the fill left on" (FILL_UNINITIALIZED_MEMORY = True): the probe inside the
-    training step then sees the fill, and its run must still match to the bit."""
+    Kills "the fill left on" (train.run's switch removed: the probe in the training step then sees True where
+    FILL_UNINITIALIZED_MEMORY is False; seen failing). Its control, the same run with FILL_UNINITIALIZED_MEMORY =
+    True, runs here and must match the first to the bit."""
     from lmgrid.neural import module as module_mod
 
     real, seen = module_mod.batch_nll, []

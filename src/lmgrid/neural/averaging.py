@@ -33,14 +33,14 @@ class WeightAverage(pl.Callback):
 
     @staticmethod
     def _params(pl_module) -> list[torch.Tensor]:
-        return [p for p in pl_module.parameters()]
+        return list(pl_module.parameters())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.current_epoch + 1 < self.start_epoch:
             return
         weights = [p.detach() for p in self._params(pl_module)]
         with torch.no_grad():
-            if self.mean is None or self.steps == 0:
+            if self.steps == 0:
                 self.mean = [w.clone() for w in weights]
             else:
                 torch._foreach_lerp_(self.mean, weights, 1.0 / (self.steps + 1))
