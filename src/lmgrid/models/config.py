@@ -32,6 +32,9 @@ class ModelConfig:
     emb_dim: int = 64  # unused by the transformer, whose token embedding is hidden_dim wide
     hidden_dim: int = 128  # recurrent state size / FFNN hidden width / transformer model width
     dropout: float = 0.0  # on embeddings, between layers and before the output layer
+    # rnn, lstm, gru (impl torch): DropConnect on the hidden-to-hidden weights in training, one mask per BPTT chunk
+    # (models/lstm.hh_dropped); regularises the recurrence itself, which `dropout` leaves alone.
+    weight_drop: float = 0.0
     tie_weights: bool = False  # output matrix = input embedding; a bias-free projection bridges hidden_dim != emb_dim
     activation: str = "tanh"  # ffnn hidden layers: tanh | relu | gelu
     direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
@@ -98,6 +101,12 @@ class ModelConfig:
         check_int("context_len", 0)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise bad("dropout", "is not allowed (must be a number in [0, 1))")
+        if isinstance(self.weight_drop, bool) or not isinstance(self.weight_drop, (int, float)) \
+                or not 0 <= self.weight_drop < 1:
+            raise bad("weight_drop", "is not allowed (must be a number in [0, 1))")
+        if self.weight_drop and (self.arch not in ("rnn", "lstm", "gru") or self.impl != "torch"):
+            raise bad("weight_drop", f"is only implemented for the recurrences of impl torch (rnn, lstm, gru), not "
+                                     f"{self.arch}/{self.impl}")
         if isinstance(self.init_range, bool) or not isinstance(self.init_range, (int, float)) or self.init_range < 0:
             raise bad("init_range", "is not allowed (must be a number >= 0)")
         if self.activation not in ACTIVATIONS:

@@ -128,7 +128,8 @@ class GRULM(LMBase):
                                                                      gru_gates_of, between, self.training,
                                                                      self.cfg.residual)
                 else:
-                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
+                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual,
+                                                   self.cfg.weight_drop)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
         return out[:, -1:] if last_only else out, state, gates

@@ -252,15 +252,33 @@ def library_stack(cls, input_size: int, hidden: int, layers: int, dropout: float
     return cls(input_size, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0, **kw)
 
 
-def run_library_stack(rnn, x, state, dropout: float, training: bool, residual: bool):
-    """Forward of library_stack's module: state is h or (h, c), each [layers, B, H]."""
+def hh_dropped(module: nn.Module, weight_drop: float, training: bool) -> dict:
+    """DropConnect on the hidden-to-hidden weights (Wan et al. 2013; Merity et al. 2018's weight-drop): every
+    `weight_hh_l*` of a fused nn.RNN/LSTM/GRU with each entry zeroed with probability `weight_drop` and the rest
+    scaled by 1/(1 - weight_drop), one mask per forward call, so per BPTT chunk and shared by every time step of
+    it (where dropout on h_t would draw a new mask each step and disturb the memory it regularises).  Returns the
+    overrides for torch.func.functional_call: empty in evaluation or at 0, where the module runs as it is (gate
+    statistics are taken in evaluation, lmgrid.neural.module, so run_library_stack_with_gates never drops)."""
+    if not training or weight_drop == 0:
+        return {}
+    return {name: F.dropout(w, weight_drop, True) for name, w in module.named_parameters()
+            if name.startswith("weight_hh_l")}
+
+
+def _call(module: nn.Module, overrides: dict, x, state):
+    return torch.func.functional_call(module, overrides, (x, state)) if overrides else module(x, state)
+
+
+def run_library_stack(rnn, x, state, dropout: float, training: bool, residual: bool, weight_drop: float = 0.0):
+    """Forward of library_stack's module: state is h or (h, c), each [layers, B, H]; `weight_drop` as in
+    hh_dropped."""
     if not isinstance(rnn, nn.ModuleList):
-        return rnn(x, state)
+        return _call(rnn, hh_dropped(rnn, weight_drop, training), x, state)
     pair = isinstance(state, tuple)
 
     def layer(k, x):
         s = tuple(t[k:k + 1] for t in state) if pair else state[k:k + 1]
-        return rnn[k](x, s)
+        return _call(rnn[k], hh_dropped(rnn[k], weight_drop, training), x, s)
 
     x, per_layer = stack_layers(x, len(rnn), layer, dropout, training, residual)
     states = [s for (s,) in per_layer]
@@ -336,7 +354,8 @@ class LSTMLM(LMBase):
                                                                      lstm_gates_of, between, self.training,
                                                                      self.cfg.residual)
                 else:
-                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual)
+                    out, state = run_library_stack(self.rnn, x, state, between, self.training, self.cfg.residual,
+                                                   self.cfg.weight_drop)
             else:
                 out, state, gates = self.rnn(x, state, return_gates)
         return out[:, -1:] if last_only else out, state, gates

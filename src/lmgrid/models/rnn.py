@@ -30,7 +30,7 @@ class RNNLM(LMBase):
             if state is None:
                 state = zeros_state(self.cfg.layers, tokens.shape[0], self.cfg.hidden_dim, x.float())
             out, state = run_library_stack(self.rnn, x.float(), state.float(), self.cfg.dropout if self.cfg.layers > 1
-                                           else 0.0, self.training, self.cfg.residual)
+                                           else 0.0, self.training, self.cfg.residual, self.cfg.weight_drop)
         return out[:, -1:] if last_only else out, state, ({} if return_gates else None)
 
     @staticmethod
