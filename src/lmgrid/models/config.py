@@ -99,11 +99,10 @@ class ModelConfig:
         check_int("heads", 1)
         check_int("max_len", 1)
         check_int("context_len", 0)
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise bad("dropout", "is not allowed (must be a number in [0, 1))")
-        if isinstance(self.weight_drop, bool) or not isinstance(self.weight_drop, (int, float)) \
-                or not 0 <= self.weight_drop < 1:
-            raise bad("weight_drop", "is not allowed (must be a number in [0, 1))")
+        for key in ("dropout", "weight_drop"):  # probabilities of dropping
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise bad(key, "is not allowed (must be a number in [0, 1))")
         if self.weight_drop and (self.arch not in ("rnn", "lstm", "gru") or self.impl != "torch"):
             raise bad("weight_drop", f"is only implemented for the recurrences of impl torch (rnn, lstm, gru), not "
                                      f"{self.arch}/{self.impl}")
