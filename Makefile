@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry test test-avx2 test-all report lint clean status plan report-check mlflow
+.PHONY: setup run dry unlock test test-avx2 test-all report lint clean status plan report-check mlflow
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -50,6 +50,11 @@ run: $(STAMP)
 dry: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --dry-run --cores $(CORES) $(DRYOUT)
 	$(SMK) --dry-run --cores $(CORES) $(SMKCFG) $(DRYOUT)
+
+## after `make run` was killed with -9 (or the machine lost power): Snakemake's lock on the folder stays and the next
+## run refuses to start. Make sure no other run uses this folder, then `make unlock` and `make run` again
+unlock: $(STAMP)
+	$(SMK) --unlock --cores 1 $(SMKCFG)
 
 ## every grid cell of the config: done, running (epoch, valid PPL, ETA), failed or pending; time spent and left
 status: $(STAMP)

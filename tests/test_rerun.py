@@ -93,3 +93,44 @@ def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
 
     device_blind = FAKE_GPU + "_plan = p.plan\np.plan = lambda *a, **k: ('cpu', _plan(*a, **k)[1])\n"
     assert dry_run(device_blind)[0] == {}
+
+
+def test_an_input_copied_anew_with_the_same_bytes_reruns_nothing(finished, repo):
+    """A corpus copied or mounted anew (new mtime, same bytes: ../shared is mounted afresh each session) must not
+    rerun the corpus stage and, after it, every finished run: Snakemake compares the recorded input checksums first.
+    Kills: profiles/default without max-checksum-file-size (Snakemake's default records checksums only under 1 MB;
+    the negative control passes a 1-byte limit and sees the whole grid planned again)."""
+    import os
+    import time
+
+    raw = sorted((finished / "results" / "tiny" / "raw").glob("*.txt"))
+    assert raw
+    stamps = {p: p.stat() for p in raw}
+    later = time.time() + 60
+    try:
+        for p in raw:
+            os.utime(p, (later, later))
+        def dry_run(*args: str) -> dict[str, int]:
+            r = snakemake(finished, repo, "-n", *args)
+            assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+            return planned_jobs(r)
+
+        assert dry_run() == {}
+        jobs = dry_run("--max-checksum-file-size", "1")
+        assert {"corpus", "vocab", "train", "train_gated", "ngram"} <= set(jobs), jobs
+    finally:
+        for p, st in stamps.items():
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("profile", ["default", "slurm"])
+def test_the_profiles_checksum_the_ptb_train_split(repo, profile):
+    """The previous test runs on a corpus of a few KB, which Snakemake's default (1 MB) already checksums; PTB's
+    train split is 5 MB.  Kills: a profile without max-checksum-file-size, or with a limit below PTB's train split."""
+    from snakemake.cli import parse_size_in_bytes
+
+    settings = yaml.safe_load((repo / "profiles" / profile / "profile.yaml").read_text())
+    limit = parse_size_in_bytes(str(settings.get("max-checksum-file-size", "1MB")))
+    ptb_train_bytes = 5_101_618  # ptb.train.txt in ../shared/data/ptb
+    assert limit > ptb_train_bytes
+    assert not parse_size_in_bytes("1MB") > ptb_train_bytes  # the negative control: Snakemake's default
