@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import yaml
@@ -83,3 +84,28 @@ def test_profiles_sit_where_snakemake_looks_for_them():
               *map(str, REPO.glob("tests/cluster/*"))]:
         text = (REPO / f).read_text()
         assert "workflow/profiles" not in text and "profiles/default/config.yaml" not in text, f
+
+
+# study_grids writes the config's studies with one printf: nothing to log, nothing worth timing.
+NO_LOG_OR_BENCHMARK = {"study_grids"}
+
+
+def rules_without(text: str, directive: str) -> set[str]:
+    """Names of the `rule` blocks of a .smk text with no `<directive>:` line (`use rule ... with:` inherits)."""
+    blocks = re.split(r"^ *rule (\w+):\n", text, flags=re.M)  # scales.smk's rule sits inside an `if`
+    return {name for name, body in zip(blocks[1::2], blocks[2::2])
+            if not re.search(rf"^ +{directive}:", body.split("\n\n\n")[0], re.M)}
+
+
+def test_every_rule_has_a_log_and_a_benchmark():
+    """A log on every rule (the style guide), and a benchmark file, from which `make status` estimates and issue 26
+    reads the minutes each stage adds.  Kills: a rule added or edited without them (the negative control: the
+    combine rule's text with its benchmark line removed is caught)."""
+    texts = {p.name: p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk"))}
+    for directive in ("log", "benchmark"):
+        missing = set().union(*(rules_without(t, directive) for t in texts.values())) - NO_LOG_OR_BENCHMARK
+        assert not missing, f"rules without {directive}: {sorted(missing)}"
+    mutant = re.sub(r'    benchmark:\n        "results/\{corpus\}/benchmarks/combine_\{combo\}\.tsv"\n', "",
+                    texts["combine.smk"])
+    assert mutant != texts["combine.smk"] and rules_without(mutant, "benchmark") == {"combine"}
+    assert "scales" in rules_without(texts["scales.smk"].replace("benchmark:", "bench:"), "benchmark")

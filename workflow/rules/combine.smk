@@ -49,6 +49,8 @@ rule token_scores:
     resources:
         mem_mb=train_mem_mb,
         runtime=train_runtime,
+    benchmark:
+        beside_runs("benchmarks/token_scores", "_{mode}.tsv")
     log:
         beside_runs("logs/token_scores", "_{mode}.log"),
     conda:
@@ -97,6 +99,8 @@ rule adapt_scores:
     resources:
         mem_mb=train_mem_mb,
         runtime=train_runtime,
+    benchmark:
+        beside_runs("benchmarks/token_scores", "_{mode}.tsv")
     log:
         beside_runs("logs/token_scores", "_{mode}.log"),
     conda:
@@ -133,6 +137,8 @@ rule combine:
         components=_combine_args,
         description=lambda w: shlex.quote(config["combine"][w.combo].get("description", "")),
         out_dir=COMBINE_DIR,
+    benchmark:
+        "results/{corpus}/benchmarks/combine_{combo}.tsv"
     log:
         "results/{corpus}/logs/combine_{combo}.log",
     conda:
@@ -154,6 +160,8 @@ rule combinations:
         md="results/{corpus}/combine/combinations.md",
         html=report("results/{corpus}/combine/combinations.html", caption="../report/combinations.rst",
                     category="Combinations"),
+    benchmark:
+        "results/{corpus}/benchmarks/combinations.tsv"
     log:
         "results/{corpus}/logs/combinations.log",
     conda:

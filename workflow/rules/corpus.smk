@@ -34,6 +34,8 @@ rule fetch:
     params:
         url=lambda w: PTB.urls[w.split],
         sha256=lambda w: config["corpus"]["sha256"][w.split],
+    benchmark:
+        "results/{corpus}/benchmarks/fetch_{split}.tsv"
     log:
         "results/{corpus}/logs/fetch_{split}.log",
     conda:

@@ -46,6 +46,8 @@ if COMPARE_SCALES:
             scales=" ".join(shlex.quote(f"--scale={c}={what}") for c, what in
                             [(CORPUS, f"this config ({' '.join(_CLI_FILES) or 'config.yaml'})")]
                             + [(s.corpus, f"scale '{s.label}' ({' '.join(s.configfiles)})") for s in SCALES]),
+        benchmark:
+            "results/{corpus}/benchmarks/scales.tsv"
         log:
             "results/{corpus}/logs/scales.log",
         conda:

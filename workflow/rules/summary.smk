@@ -40,6 +40,8 @@ rule reference:
         html=report("results/{corpus}/reference.html", caption="../report/reference.rst", category="Reference"),
     params:
         rows=shlex.quote(json.dumps(config["reference"], sort_keys=True)),
+    benchmark:
+        "results/{corpus}/benchmarks/reference.tsv"
     log:
         "results/{corpus}/logs/reference.log",
     conda:
