@@ -109,8 +109,5 @@ def test_evaluation_is_the_same_model_whichever_mask_trained_it(arch):
     {"arch": "transformer", "dropout_mask": "sequence"},
 ])
 def test_bad_dropout_mask_is_a_one_line_error(changes):
-    values = {"arch": "rnn", "vocab_size": V, **changes}
-    with pytest.raises(LmgridError) as err:
-        build_model(ModelConfig(**values))
-    message = str(err.value)
-    assert message.startswith("model.dropout_mask:") and "\n" not in message
+    with pytest.raises(LmgridError, match=r"\Amodel\.dropout_mask: [^\n]*\Z"):  # one line, naming the key
+        build_model(ModelConfig(**{"arch": "rnn", "vocab_size": V, **changes}))
