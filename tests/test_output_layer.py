@@ -277,9 +277,9 @@ def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_pa
     (tmp_path / "vocab.json").write_text("{}")
     paths, run = {"vocab": str(tmp_path / "vocab.json")}, {"arch": "lstm"}
     placement = {"device": "cpu", "precision": "32-true"}
-    # init_range, weight_drop and dropout_mask are neutral defaults too (what every run computed before they existed)
+    # init_range and weight_drop are neutral defaults too (0: what every run computed before they existed)
     before = {k: v for k, v in resolve_hparams({}, "lstm").items()
-              if k not in ("output_layer", "init_range", "weight_drop", "dropout_mask")}
+              if k not in ("output_layer", "init_range", "weight_drop")}
 
     def fingerprint(**hp):
         return train_mod._fingerprint(run, resolve_hparams(hp, "lstm"), paths, placement)
@@ -287,7 +287,6 @@ def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_pa
     old = train_mod._fingerprint(run, before, paths, placement)
     assert fingerprint() == fingerprint(output_layer="full") == old != fingerprint(output_layer="adaptive")
     assert fingerprint(weight_drop=0.0) == old != fingerprint(weight_drop=0.3)
-    assert fingerprint(dropout_mask="step") == old != fingerprint(dropout_mask="sequence")
     monkeypatch.setattr(train_mod, "NEUTRAL_DEFAULTS", {})  # the mutation
     assert fingerprint(output_layer="full") != old
 

@@ -51,18 +51,6 @@ def test_execution_settings_reschedule_nothing(finished, repo, assignments):
     assert jobs == {}, out[-3000:]
 
 
-@pytest.mark.parametrize("assignment", ["train.weight_drop=0.0", "train.dropout_mask=step"])
-def test_a_setting_added_later_at_its_default_reschedules_nothing(finished, repo, assignment):
-    """Settings added after runs existed (`x-neutral-default` in the schema) compute at their default what every run
-    computed before them, so naming the default reruns nothing.  Kills "a new model setting in every run's params"
-    (the negative control: a value other than the default reschedules the neural runs)."""
-    assert planned(finished, repo, f"set={assignment}")[0] == {}
-    key = assignment.split("=")[0]
-    other = {"train.weight_drop": "0.2", "train.dropout_mask": "sequence"}[key]
-    jobs, _ = planned(finished, repo, f"set={key}={other}")
-    assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
-
-
 def test_a_computing_setting_reruns_exactly_its_runs_and_is_named(finished, repo):
     jobs, out = planned(finished, repo, "set=train.per_arch.rnn.lr=0.02")
     assert jobs.get("train") == 1 and "train_gated" not in jobs and "ngram" not in jobs, jobs

@@ -42,7 +42,7 @@ from torch import nn
 
 from lmgrid.errors import LmgridError
 
-from .common import INIT_RANGE, OutputHead, dropout_module, dropped_rows
+from .common import INIT_RANGE, OutputHead
 from .config import ModelConfig
 
 HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
@@ -77,7 +77,7 @@ class AdaptiveHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None):
         super().__init__()
-        self.drop = dropout_module(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
         self.bounds = [*cfg.cutoffs, cfg.vocab_size]  # cluster i (0 = head words) is ids [bounds[i-1], bounds[i])
         head, n_tails = self.bounds[0], len(cfg.cutoffs)
         if cfg.tie_weights:
@@ -128,7 +128,7 @@ class AdaptiveHead(nn.Module):
 
     def _features(self, hidden: torch.Tensor) -> torch.Tensor:
         # Flattened positions, one matrix product per part (see OutputHead.forward).
-        return self.proj(dropped_rows(self.drop, hidden))
+        return self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1])))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = self._features(hidden)

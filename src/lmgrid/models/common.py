@@ -20,38 +20,6 @@ class Embedding(nn.Embedding):
         nn.init.uniform_(self.weight, -INIT_RANGE, INIT_RANGE)
 
 
-class SequenceDropout(nn.Module):
-    """Dropout with one mask per row of the batch, shared by every position of the row (dim 0 is the row, the last
-    dim the feature; Gal & Ghahramani 2016).  A unit dropped for one word of a chunk is dropped for all of them, so
-    the net cannot route around it through the next position.  Kept entries are scaled by 1/(1-p), as nn.Dropout
-    does, and evaluation passes x through."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
-        mask = torch.empty(shape, device=x.device).bernoulli_(1 - self.p) / (1 - self.p)
-        return x * mask.to(x.dtype)
-
-
-def dropout_module(cfg: ModelConfig) -> nn.Module:
-    """The dropout of the embeddings and of the output layer's input: per step (nn.Dropout) or per sequence."""
-    return SequenceDropout(cfg.dropout) if cfg.dropout_mask == "sequence" else nn.Dropout(cfg.dropout)
-
-
-def dropped_rows(drop: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """hidden [.., D] -> dropped [N, D], the positions flattened for one matrix product (OutputHead.forward).  A
-    per-sequence mask needs the batch rows, so it acts before the flattening; nn.Dropout acts after it, as it
-    always has (the same draws, so a run from before `dropout_mask` resumes to the same numbers)."""
-    if isinstance(drop, SequenceDropout):
-        return drop(hidden).reshape(-1, hidden.shape[-1])
-    return drop(hidden.reshape(-1, hidden.shape[-1]))
-
-
 class OutputHead(nn.Module):
     """hidden [.., hidden_dim] -> logits [.., V], with dropout before it.
 
@@ -62,7 +30,7 @@ class OutputHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None):
         super().__init__()
-        self.drop = dropout_module(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
         if cfg.tie_weights:
             emb_dim = embedding.weight.shape[1]
             self.proj = nn.Linear(in_dim, emb_dim, bias=False) if in_dim != emb_dim else nn.Identity()
@@ -78,7 +46,7 @@ class OutputHead(nn.Module):
         # The positions are flattened into one matrix product: with a 3-D input under torch.inference_mode (how
         # Lightning validates) and CPU bf16 autocast, nn.Linear takes a batched-matmul path that copies the weight
         # for every row of the batch: 23 ms against 1.5 ms for a [10, 35] chunk at V = 10,000 (docs/benchmarks.md).
-        flat = self.decoder(self.proj(dropped_rows(self.drop, hidden)))
+        flat = self.decoder(self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1]))))
         return flat.view(*hidden.shape[:-1], flat.shape[-1])
 
 

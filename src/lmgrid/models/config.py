@@ -20,7 +20,6 @@ IMPLS: dict[str, tuple[str, ...]] = {
 }
 ACTIVATIONS = ("tanh", "relu", "gelu")
 OUTPUT_LAYERS = ("full", "adaptive")
-DROPOUT_MASKS = ("step", "sequence")
 
 
 @dataclass
@@ -36,10 +35,6 @@ class ModelConfig:
     # rnn, lstm, gru (impl torch): DropConnect on the hidden-to-hidden weights in training, one mask per BPTT chunk
     # (models/lstm.hh_dropped); regularises the recurrence itself, which `dropout` leaves alone.
     weight_drop: float = 0.0
-    # rnn, lstm, gru: `step` draws a new dropout mask at every position (nn.Dropout); `sequence` one mask per row of
-    # the batch, shared by all its positions (Gal & Ghahramani 2016's variational dropout, Merity et al. 2018's
-    # locked dropout), on the embeddings and before the output layer. Between layers it stays per step.
-    dropout_mask: str = "step"
     tie_weights: bool = False  # output matrix = input embedding; a bias-free projection bridges hidden_dim != emb_dim
     activation: str = "tanh"  # ffnn hidden layers: tanh | relu | gelu
     direct: bool = False  # ffnn: Bengio's direct embedding-to-output connections
@@ -111,11 +106,6 @@ class ModelConfig:
         if self.weight_drop and (self.arch not in ("rnn", "lstm", "gru") or self.impl != "torch"):
             raise bad("weight_drop", f"is only implemented for the recurrences of impl torch (rnn, lstm, gru), not "
                                      f"{self.arch}/{self.impl}")
-        if self.dropout_mask not in DROPOUT_MASKS:
-            raise bad("dropout_mask", f"is not a known dropout mask (one of: {', '.join(DROPOUT_MASKS)})")
-        if self.dropout_mask != "step" and self.arch not in ("rnn", "lstm", "gru"):
-            raise bad("dropout_mask", f"{self.dropout_mask} is only implemented for the recurrent nets (rnn, lstm, "
-                                      f"gru), not {self.arch}")
         if isinstance(self.init_range, bool) or not isinstance(self.init_range, (int, float)) or self.init_range < 0:
             raise bad("init_range", "is not allowed (must be a number >= 0)")
         if self.activation not in ACTIVATIONS:

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adaptive import output_layer
-from .common import (Embedding, LMBase, construction_draws_discarded, dropout_module, fp32_recurrence,
-                     init_recurrence, maybe_compiled, stack_layers, zeros_state)
+from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
+                     maybe_compiled, stack_layers, zeros_state)
 from .config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -292,7 +292,7 @@ class LSTMLM(LMBase):
         super().__init__()
         self.cfg = cfg
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
-        self.drop = dropout_module(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
         between = cfg.dropout if cfg.layers > 1 else 0.0
         with construction_draws_discarded():
             if cfg.impl == "torch":

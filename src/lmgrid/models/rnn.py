@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from .adaptive import output_layer
-from .common import Embedding, LMBase, dropout_module, fp32_recurrence, init_recurrence, zeros_state
+from .common import Embedding, LMBase, fp32_recurrence, init_recurrence, zeros_state
 from .lstm import library_stack, run_library_stack, torch_layout
 from .config import ModelConfig
 
@@ -15,7 +15,7 @@ class RNNLM(LMBase):
         super().__init__()
         self.cfg = cfg
         self.embedding = Embedding(cfg.vocab_size, cfg.emb_dim)
-        self.drop = dropout_module(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
         # nn.RNN's own dropout acts between layers only, the same place the hand-written LSTM/GRU put it.
         self.rnn = library_stack(nn.RNN, cfg.emb_dim, cfg.hidden_dim, cfg.layers, cfg.dropout, cfg.residual,
                                  nonlinearity="tanh")

@@ -13,7 +13,7 @@ _SETTINGS = train_settings()
 # Every training setting, with the default used when config.yaml's `train:` section leaves it out.
 DEFAULTS = {key: spec["default"] for key, spec in _SETTINGS.items()}
 MODEL_KEYS = ("emb_dim", "hidden_dim", "dropout", "tie_weights", "activation", "direct", "heads", "residual",
-              "compile", "output_layer", "init_range", "weight_drop", "dropout_mask")
+              "compile", "output_layer", "init_range", "weight_drop")
 # Settings that change how a run is executed or watched, not what it computes (`x-changes-results: false` in the
 # schema): log cadence, the device and the number of DDP processes (batch sizes are global), torch.compile.  They
 # are kept out of the rules' params and of the checkpoint fingerprint, so changing one reruns nothing.
