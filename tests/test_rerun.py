@@ -103,6 +103,11 @@ def test_an_input_copied_anew_with_the_same_bytes_reruns_nothing(finished, repo)
     import os
     import time
 
+    def dry_run(*args: str) -> dict[str, int]:
+        r = snakemake(finished, repo, "-n", *args)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        return planned_jobs(r)
+
     raw = sorted((finished / "results" / "tiny" / "raw").glob("*.txt"))
     assert raw
     stamps = {p: p.stat() for p in raw}
@@ -110,11 +115,6 @@ def test_an_input_copied_anew_with_the_same_bytes_reruns_nothing(finished, repo)
     try:
         for p in raw:
             os.utime(p, (later, later))
-        def dry_run(*args: str) -> dict[str, int]:
-            r = snakemake(finished, repo, "-n", *args)
-            assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-            return planned_jobs(r)
-
         assert dry_run() == {}
         jobs = dry_run("--max-checksum-file-size", "1")
         assert {"corpus", "vocab", "train", "train_gated", "ngram"} <= set(jobs), jobs
