@@ -109,3 +109,14 @@ def test_every_rule_has_a_log_and_a_benchmark():
                     texts["combine.smk"])
     assert mutant != texts["combine.smk"] and rules_without(mutant, "benchmark") == {"combine"}
     assert "scales" in rules_without(texts["scales.smk"].replace("benchmark:", "bench:"), "benchmark")
+
+
+def test_every_rule_has_a_one_line_message():
+    """Each job of `make run` starts with one line (`message: brief(...)`), not Snakemake's block of inputs and
+    outputs.  Kills: a rule added without a message (the embeddings rule had none); the negative control, the
+    embeddings rule's text with its message removed, is caught."""
+    texts = {p.name: p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk"))}
+    missing = set().union(*(rules_without(t, "message") for t in texts.values()))
+    assert not missing, f"rules without a message: {sorted(missing)}"
+    mutant = re.sub(r"    message:\n        brief\(.*\)\n", "", texts["embed.smk"])
+    assert mutant != texts["embed.smk"] and rules_without(mutant, "message") == {"embeddings"}

@@ -43,6 +43,8 @@ rule embeddings:
         "results/{corpus}/logs/embeddings.log",
     conda:
         ENV
+    message:
+        brief("{wildcards.corpus}: embeddings of each study's best cell -> {output.csv}")
     shell:
         "lmgrid embeddings --corpus {wildcards.corpus} --studies {params.studies} --train {input.train} "
         "--vocab {input.vocab} --window {params.window} --probes {params.probes} --n-probes {params.n_probes} "
