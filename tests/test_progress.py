@@ -18,7 +18,7 @@ from lmgrid.dryrun import Job, Plan
 from lmgrid.errors import LmgridError
 from lmgrid.eta import Task, wall_s
 from lmgrid.progress import format_plan, format_status, grid_status, left
-from lmgrid.runkey import RunKey
+from lmgrid.runkey import RunKey, beside_runs
 
 CONFIG = {"corpus": {"name": "c"},
           "studies": {"a": {"arch": ["lstm"], "n_step": [2, 3, 5], "layers": [1], "impl": ["torch"], "seed": [1],
@@ -243,6 +243,44 @@ def test_eta_counts_every_job_left_on_the_cores(tmp_path, monkeypatch):
     assert left(config, status, plan, cores=2).others[2][2:] == (DEFAULT_S["mlflow_sync"], "default")
     text = format_plan(config, status, rest)
     assert "params changed: lr" in text and "mlflow_sync" in text and "~50 s wall on 2 cores" in text
+
+
+def _bench(path: str, seconds: float) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(f"s\th:m:s\n{seconds}\t0:00:{int(seconds) % 60:02d}\n")
+
+
+def test_eta_of_a_test_time_job_reads_the_per_job_benchmark_files(tmp_path, monkeypatch):
+    """token_scores, adapt_scores and combine write one benchmark file per job (combine.smk).  A job is estimated
+    from its own file, else from this corpus's jobs of its rule and mode.  Kills: reading results/<corpus>/
+    benchmarks/<rule>.tsv for them (falls to the default); a mode match by suffix alone, so `cache` also takes
+    the `dynamic+cache` files (the negative control runs that variant and sees its estimate move)."""
+    monkeypatch.chdir(tmp_path)
+    from lmgrid import eta
+
+    cell = {"arch": "lstm", "impl": "torch", "n_step": "0", "layers": "2", "regime": "stream"}
+    runs = beside_runs("benchmarks/token_scores", "_{mode}.tsv")
+    _bench(runs.format(corpus="c", **cell, seed="1", mode="cache"), 100.0)
+    _bench(runs.format(corpus="c", **cell, seed="1", mode="dynamic+cache"), 400.0)
+    _bench(runs.format(corpus="c", **cell, seed="1", mode="base"), 10.0)
+    _bench("results/c/benchmarks/combine_kn_rnn.tsv", 3.0)
+    rnn_cache = {"corpus": "c", **cell, "arch": "rnn", "layers": "1", "seed": "1", "mode": "cache"}
+    assert eta.rule_estimate("adapt_scores", "c", None, rnn_cache) == (100.0, "like jobs")
+    assert eta.rule_estimate("token_scores", "c", None, {**rnn_cache, "mode": "base"}) == (10.0, "like jobs")
+    assert eta.rule_estimate("combine", "c", None, {"corpus": "c", "combo": "all"}) == (3.0, "like jobs")
+    _bench(runs.format(**rnn_cache), 130.0)  # the job's own file, from an earlier run of it
+    assert eta.rule_estimate("adapt_scores", "c", None, rnn_cache) == (130.0, "benchmark")
+    assert eta.rule_estimate("combine", "c", 9.0, {"corpus": "c", "combo": "kn_rnn"}) == (3.0, "benchmark")
+    # Through `left`, from the dry run's wildcards.
+    plan = Plan([Job("adapt_scores", {**rnn_cache, "seed": "2"}, "missing output")])
+    assert left({"corpus": {"name": "c"}, "studies": {}}, [], plan, cores=2).others[0][2:] == (115.0, "like jobs")
+
+    own_file = eta._per_job_files
+    monkeypatch.setattr(eta, "_per_job_files", lambda rule, w: (own_file(rule, w)[0], rf"{w['mode']}\.tsv$")
+                        if rule == "adapt_scores" else own_file(rule, w))
+    assert eta.rule_estimate("adapt_scores", "c", None, {**rnn_cache, "seed": "2"})[0] == pytest.approx(630 / 3)
+    monkeypatch.setattr(eta, "_per_job_files", lambda rule, w: None)
+    assert eta.rule_estimate("adapt_scores", "c", None, rnn_cache)[1] == "default"
 
 
 def test_wall_time_simulation():

@@ -6,7 +6,9 @@ its kind (n-gram or neural).  Cells of this corpus come first; before this corpu
 cells are used, scaled by training tokens.  Every other job (the corpus, vocabulary, n-gram counts, summary,
 aggregation, MLflow sync) and the HTML report are estimated from their own benchmark files
 (results/<corpus>/benchmarks/<rule>.tsv, results/benchmarks/report.tsv), else from how long Snakemake's metadata
-says their outputs took last time, else from other corpora's benchmark files, else from DEFAULT_S.  The wall
+says their outputs took last time, else from other corpora's benchmark files, else from DEFAULT_S.  The rules with
+one benchmark file per job (token_scores, adapt_scores, combine) read the job's own file, else the mean of this
+corpus's jobs of the same rule and mode (a cache pass is not a dynamic-evaluation one).  The wall
 time is a simulation of the pending jobs on the cores in dependency order, each taking its threads, running
 jobs first; a `plan` also counts the DAG building a run starts with.
 """
@@ -69,16 +71,38 @@ def estimate_s(key: RunKey, finished: dict[RunKey, float]) -> float | None:
     return None
 
 
-def rule_estimate(rule: str, corpus: str, last_s: float | None = None) -> tuple[float, str]:
+def _per_job_files(rule: str, wildcards: dict) -> tuple[str, str] | None:
+    """(the job's own benchmark file, a regex its like jobs' files match) for the rules with one file per job
+    (workflow/rules/combine.smk), None for the others."""
+    from .runkey import beside_runs
+
+    if rule in ("token_scores", "adapt_scores") and "mode" in wildcards:
+        own = beside_runs("benchmarks/token_scores", "_{mode}.tsv").format(**wildcards)
+        return own, rf"benchmarks/token_scores/.*_s\d+_{re.escape(wildcards['mode'])}\.tsv$"
+    if rule == "combine" and "combo" in wildcards:
+        own = f"results/{wildcards['corpus']}/benchmarks/combine_{wildcards['combo']}.tsv"
+        return own, r"benchmarks/combine_[^/]+\.tsv$"
+    return None
+
+
+def rule_estimate(rule: str, corpus: str, last_s: float | None = None,
+                  wildcards: dict | None = None) -> tuple[float, str]:
     """(seconds, where they come from) for a job that is not a grid cell, or for the report."""
     from .report import REPORT_BENCHMARK
 
-    own = REPORT_BENCHMARK if rule == REPORT_RULE else f"results/{corpus}/benchmarks/{rule}.tsv"
+    per_job = _per_job_files(rule, {"corpus": corpus, **(wildcards or {})})
+    own = (REPORT_BENCHMARK if rule == REPORT_RULE else per_job[0] if per_job
+           else f"results/{corpus}/benchmarks/{rule}.tsv")
     seconds = read_wall_s(own)
     if seconds is not None:
         return seconds, "benchmark"
     if last_s is not None:
         return last_s, "last run"
+    if per_job:
+        like = [s for p in sorted(Path(f"results/{corpus}/benchmarks").rglob("*.tsv"))
+                if re.search(per_job[1], p.as_posix()) and (s := read_wall_s(p))]
+        if like:
+            return sum(like) / len(like), "like jobs"
     others = [s for p in sorted(Path("results").glob(f"*/benchmarks/{rule}.tsv")) if (s := read_wall_s(p))]
     if others:
         return sum(others) / len(others), "other corpora"

@@ -180,7 +180,7 @@ def left(config: dict, cells: list[Cell], plan: Plan, cores: int, startup: bool 
         if cell is not None:
             tasks.append(Task(cell.key.name, cell.left_s, job.threads, job.deps, cell.state == "running"))
             continue
-        seconds, source = rule_estimate(job.rule, corpus, job.last_s)
+        seconds, source = rule_estimate(job.rule, corpus, job.last_s, job.wildcards)
         tasks.append(Task(job.rule, seconds, job.threads, job.deps))
         others.append((job.rule, job.reason, seconds, source))
     if not tasks:
