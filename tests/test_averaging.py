@@ -100,6 +100,10 @@ def test_a_run_killed_while_averaging_resumes_to_the_uninterrupted_result(tmp_pa
 
 
 def test_the_start_epoch_is_checked():
-    """A start epoch below 1 is refused (0 means no averaging and never builds the callback)."""
+    """A start epoch below 1 is refused (0 means no averaging and never builds the callback).  Kills: a
+    callback built for 0 that averages from the first step (the negative control: epoch 1 is accepted)."""
     with pytest.raises(ValueError, match="start_epoch"):
         WeightAverage(0)
+    with pytest.raises(ValueError, match="start_epoch"):
+        WeightAverage(-2)
+    WeightAverage(1)

@@ -14,6 +14,9 @@ from lmgrid.bench import archs
 
 
 def test_archs_bench_reports_every_architecture(capsys):
+    """`python -m lmgrid.bench archs` prints a row per architecture and output layer, each with finite positive
+    tokens/s (no speed is asserted: that is the benchmark's to print).  Kills: an architecture or the adaptive
+    layer left out of the table, or a column that is 0 or nan (a timer never started)."""
     assert archs.main(["--vocab", "50", "--width", "8", "--steps", "1", "--warmup", "1", "--threads", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]

@@ -332,3 +332,51 @@ def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tm
             uri = f"sqlite:///{tmp_path}/{problem.replace(' ', '_')}.db"
             sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS)
         assert user_facing_problems(uri, results) == [problem]
+
+
+def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path):
+    """Issue 26: each combination is one MLflow run: its components and EM weights as params, the settings a
+    test-time component chose on valid as params, the mixture's and each component's PPL as metrics, its table as
+    artifacts; a refitted combination replaces its run.  Kills: combinations left out of the sync, weights or
+    chosen settings not logged, a changed result.json keeping its stale run, and a table.html that differs between
+    two writes of one result (pandas' random table ids), which replaced the run at every rewrite (the negative
+    control: the same result written and synced twice keeps its run, a new weight replaces it)."""
+    from lmgrid.combine.mixture import Mixture
+    from lmgrid.combine.table import write as write_combination
+
+    folder = results / f"results/{CORPUS}/combine/kn_lstm"
+    components = [{"label": "kn n2", "mode": "base"},
+                  {"label": "lstm n3 s1 (cache)", "mode": "cache",
+                   "adapt": {"settings": {"window": 50, "theta": 0.3, "lam": 0.1}, "base_valid_ppl": 40.0,
+                             "base_test_ppl": 41.0, "grid": [{"window": 50, "theta": 0.3, "lam": 0.1,
+                                                              "valid_ppl": 35.0}]}}]
+
+    def write(weights: list[float]) -> str:
+        m = Mixture(labels=[c["label"] for c in components], weights=weights, valid_ppl=33.5, test_ppl=34.25,
+                    component_valid_ppl=[50.0, 35.0], component_test_ppl=[52.0, 36.0], iterations=17,
+                    tokens={"valid": 100, "test": 120})
+        write_combination(folder, "kn_lstm", m, components)
+        return str((folder / "result.json").relative_to(results))
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = sync(uri, CORPUS, STUDIES, results, combinations=[write([0.25, 0.75])])
+    runs = active_runs(uri)
+    combo = runs[runs["tags.lmgrid.kind"] == "combination"]
+    assert len(combo) == 1 and list(first["combinations"]) == ["kn_lstm"]
+    row = combo.iloc[0]
+    assert (row["params.component_0"], row["params.weight_0"]) == ("kn n2", "0.25")
+    assert (row["params.component_1"], row["params.weight_1"]) == ("lstm n3 s1 (cache)", "0.75")
+    assert (row["params.component_1_mode"], row["params.component_1_lam"], row["params.component_1_window"]) == \
+        ("cache", "0.1", "50")
+    assert (row["metrics.valid_ppl"], row["metrics.test_ppl"]) == (33.5, 34.25)
+    assert (row["metrics.component_1_test_ppl"], row["metrics.component_1_base_test_ppl"]) == (36.0, 41.0)
+    artifacts = {a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(row["run_id"], "combination")}
+    assert {"combination/result.json", "combination/table.md"} <= artifacts
+
+    again = sync(uri, CORPUS, STUDIES, results, combinations=[write([0.25, 0.75])])
+    assert again["combinations"] == first["combinations"] and again["replaced"] == 0
+    refit = sync(uri, CORPUS, STUDIES, results, combinations=[write([0.5, 0.5])])
+    assert refit["combinations"]["kn_lstm"] != first["combinations"]["kn_lstm"] and refit["replaced"] == 1
+    combo = active_runs(uri).query("`tags.lmgrid.kind` == 'combination'")
+    assert len(combo) == 1 and combo.iloc[0]["params.weight_0"] == "0.5"
+    assert sync(uri, CORPUS, STUDIES, results)["combinations"] == {}  # the workflow's list is what is synced

@@ -97,7 +97,10 @@ def assert_same_training(one: tuple, two: tuple) -> float:
 @pytest.mark.parametrize("regime,extra", [("window", {}), ("stream", {}), ("stream", {"average_from_epoch": 2})],
                          ids=["window", "stream", "stream-averaged"])
 def test_two_gloo_processes_train_like_one(tmp_path, regime, extra):
-    """Two gloo processes train and validate like one (with weight averaging too: each process keeps the mean)."""
+    """Two gloo processes train and validate like one (with weight averaging too: each process keeps the mean).
+    Kills: a rank that samples other batches, skips the all-reduce, or leaves the averaging out (its losses then
+    differ from one process's).  The negative control: the comparison fails against one process trained
+    otherwise, on other batches (seed 2), or without the averaging in the averaged case."""
     if (reason := ddp_available()) is not None:
         pytest.skip(reason)
     corpus = tiny_corpus(tmp_path)
@@ -105,6 +108,10 @@ def test_two_gloo_processes_train_like_one(tmp_path, regime, extra):
     two = train_ddp(corpus, tmp_path / "two", regime, **HP, **extra)
     worst = assert_same_training(one, two)
     print(f"{regime}: largest relative difference 1 vs 2 processes: {worst:.2e}")
+    other = (train(corpus, tmp_path / "other", regime=regime, **HP) if extra
+             else train(corpus, tmp_path / "other", regime=regime, seed=2, **HP))
+    with pytest.raises(AssertionError):
+        assert_same_training(other, two)
     assert sorted(p.name for p in two[1].iterdir()) == ["gates.csv", "log.csv", "metrics.json", "model.ckpt"]
     assert not (tmp_path / "two" / "ckpt").exists()  # process 0 cleaned up; process 1 left nothing behind
 

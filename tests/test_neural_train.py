@@ -44,6 +44,10 @@ def test_window_model_at_n_step_2_reaches_bigram_source_ppl(tmp_path):
 
 
 def test_metrics_log_and_gates_follow_the_contract(tmp_path):
+    """metrics.json, log.csv and gates.csv as docs/contracts.md states them.  Kills: a key left out, a run that
+    reaches its epoch cap reported as anything but `budget`, a valid-PPL history that is not the log's, and gate
+    counts that include the <s> padding before a sentence's first words (the negative control: the padded count
+    differs from the real one on this corpus, so the check can see it)."""
     corpus = tiny_corpus(tmp_path)
     metrics, run_dir = train(corpus, tmp_path, arch="gru", impl="cell", n_step=4, layers=2, epochs=2)
     on_disk = json.loads((run_dir / "metrics.json").read_text())
@@ -66,6 +70,8 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     # Real context tokens (not <s> padding) over the windows: target j of a sentence has min(j, 3) before it.
     real = sum(min(j, 3) for s in test_sents for j in range(len(s) + 1))
     assert all(int(g["count"]) == real * 16 for g in alls)  # real positions x units
+    padded = sum(3 for s in test_sents for j in range(len(s) + 1))
+    assert padded != real
     assert {int(g["index"]) for g in gates if g["scope"] == "position"} == {0, 1, 2}
     assert len([g for g in gates if g["scope"] == "unit"]) == 2 * 2 * 16
     assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_right_saturated"]) <= 1 for g in gates)

@@ -97,6 +97,9 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", END_TO_END)
 def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
+    """Each preset, cut to its smoke size, runs through Snakemake on real PTB.  Kills: a preset study that fails,
+    or leaves its table or findings out; a summary without every run; reference rows whose mean is not their
+    runs' (the negative control, run below: rows set above every run, made self-consistent, must be caught)."""
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
     cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())

@@ -108,6 +108,11 @@ def test_met_and_beats_need_the_interval_on_one_side(tmp_path):
 
 
 def test_bad_reference_keys_are_one_line(tmp_path):
+    """A misspelt key in a published row's `runs:` or `setting:` is refused with one line naming it.  Kills: an
+    unknown key ignored, so the row matches every run or is called comparable on a setting never checked (the
+    negative control: the same rows with known keys build)."""
+    reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "runs": {"arch": "lstm"},
+                      "setting": {"hidden_dim": 3}}], [])
     with pytest.raises(LmgridError, match=r"reference\[0\]\.runs: unknown key 'width'"):
         reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "runs": {"width": 3}}], [])
     with pytest.raises(LmgridError, match=r"reference\[0\]\.setting: unknown key 'width'"):

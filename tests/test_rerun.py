@@ -2,6 +2,7 @@
 that changes what a run computes reschedules exactly the runs it affects, and the dry run names it."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,11 @@ from test_workflow import TINY, planned_jobs, snakemake
 
 CONFIG = {**TINY, "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [3]}},
           "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
-                    "log_every": 0}}
+                    "log_every": 0},
+          # Two combinations that share the n-gram and differ in their neural component (issue 26).
+          "combine": {"kn_rnn": {"components": [{"arch": "mkn", "n_step": 3}, {"arch": "rnn"}]},
+                      "kn_gru": {"components": [{"arch": "mkn", "n_step": 3}, {"arch": "gru"}]}}}
+COMBINED = "results/tiny/combine/{}/result.json"
 
 
 # Snakemake's job blocks with their reasons (profiles/default hides both: VERBOSE=1 in the Makefile brings them back)
@@ -134,3 +139,38 @@ def test_the_profiles_checksum_the_ptb_train_split(repo, profile):
     ptb_train_bytes = 5_101_618  # ptb.train.txt in ../shared/data/ptb
     assert limit > ptb_train_bytes
     assert not parse_size_in_bytes("1MB") > ptb_train_bytes  # the negative control: Snakemake's default
+
+
+def test_a_changed_component_reruns_only_the_combinations_that_use_it(finished, repo, tmp_path):
+    """A combination's inputs are its components' score files (combine.smk), so a setting that changes the RNN
+    reruns the RNN, its scores and kn_rnn, not kn_gru.  Kills: a combination that waits on every cell's scores (the
+    negative control: a copy of the workflow whose combine rule takes every combination's files, settled once on a
+    copy of the finished grid, then plans kn_gru as well for the same change)."""
+    import shutil
+
+    def planned_combinations(workdir: Path, workflow: Path, assignment: str, *targets: str) -> set[str]:
+        r = snakemake(workdir, workflow, *targets, "-n", *VERBOSE, "--config", assignment)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        # Each planned combine job's block names its combination on its wildcards line.
+        return set(re.findall(r"^rule combine:\n(?:    .*\n)*?    wildcards: corpus=tiny, combo=(\w+)$",
+                              r.stdout + r.stderr, re.M))
+
+    rnn_changed = "set=train.per_arch.rnn.lr=0.02"
+    assert planned_combinations(finished, repo, rnn_changed) == {"kn_rnn"}
+    assert planned_combinations(finished, repo, "set=train.per_arch.gru.lr=0.02") == {"kn_gru"}
+
+    mutant = tmp_path / "mutant"
+    mutant.mkdir()
+    shutil.copy(repo / "Snakefile", mutant / "Snakefile")
+    shutil.copytree(repo / "workflow", mutant / "workflow")
+    rules = mutant / "workflow" / "rules" / "combine.smk"
+    own = "for key, mode in COMBINE[w.combo]\n            for f in"
+    assert rules.read_text().count(own) == 1
+    rules.write_text(rules.read_text().replace(own, "for key, mode in sorted(set().union(*COMBINE.values()))\n"
+                                                     "            for f in"))
+    grid = tmp_path / "grid"
+    shutil.copytree(finished, grid, symlinks=True)
+    targets = [COMBINED.format(name) for name in CONFIG["combine"]]
+    r = snakemake(grid, mutant, *targets)  # the mutant's inputs differ: both combinations rerun once, nothing else
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert planned_combinations(grid, mutant, rnn_changed, *targets) == {"kn_rnn", "kn_gru"}

@@ -59,12 +59,15 @@ def write(out_dir: str | Path, name: str, m: Mixture, components: list[dict], de
         fh.write(f"{caption}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
         for cap, (_, g) in zip(grid_captions, grids):
             fh.write(f"\n{cap}\n\n{g.to_markdown(index=False, floatfmt='.3f')}\n")
+    # Fixed table ids (set_uuid; pandas draws random ones): the same result gives the same bytes, so the MLflow
+    # sync, which compares the files' hash, keeps its run.
     with atomic_write(out_dir / "table.html") as fh:
         fh.write(html_page(f"Combination {name}", [f"<p>{caption.replace('<', '&lt;')}</p>",
-                                                    show.style.hide(axis="index").to_html()]
-                           + [part for cap, (_, g) in zip(grid_captions, grids)
+                                                    show.style.set_uuid("combination").hide(axis="index").to_html()]
+                           + [part for i, (cap, (_, g)) in enumerate(zip(grid_captions, grids))
                               for part in (f"<p>{cap.replace('<', '&lt;')}</p>",
-                                           g.style.hide(axis="index").format(precision=3).to_html())]))
+                                           g.style.set_uuid(f"grid{i}").hide(axis="index").format(precision=3)
+                                           .to_html())]))
     # Last: result.json is what the later stages read, so it exists only beside a complete table.
     write_json(out_dir / RESULT, {"name": name, "method": "linear", "description": description,
                                   "components": components, **m.to_dict()})
@@ -100,5 +103,5 @@ def summary(result_paths: list[str], csv_out: str, md_out: str, html_out: str) -
     with atomic_write(md_out) as fh:
         fh.write(f"{SUMMARY_CAPTION}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
     with atomic_write(html_out) as fh:
-        fh.write(html_page("Combinations", [f"<p>{SUMMARY_CAPTION}</p>", show.style.hide(axis="index").to_html()]))
+        fh.write(html_page("Combinations", [f"<p>{SUMMARY_CAPTION}</p>", show.style.set_uuid("combinations").hide(axis="index").to_html()]))
     return table
