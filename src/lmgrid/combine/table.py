@@ -103,5 +103,6 @@ def summary(result_paths: list[str], csv_out: str, md_out: str, html_out: str) -
     with atomic_write(md_out) as fh:
         fh.write(f"{SUMMARY_CAPTION}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
     with atomic_write(html_out) as fh:
-        fh.write(html_page("Combinations", [f"<p>{SUMMARY_CAPTION}</p>", show.style.set_uuid("combinations").hide(axis="index").to_html()]))
+        fh.write(html_page("Combinations", [f"<p>{SUMMARY_CAPTION}</p>",
+                                            show.style.set_uuid("combinations").hide(axis="index").to_html()]))
     return table
