@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-avx2 test-all report lint clean status plan report-check mlflow
+.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -64,16 +64,28 @@ status: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET") $(if $(filter-out all,$(CORES)),--cores $(CORES))
 
-## the test suite; PTB tests run when LMGRID_PTB_DIR points at the Penn Treebank
+## the fast tier: unit and component tests that start no Snakemake, read no Penn Treebank and start no server
+## (tests/tiers.py; at most 10 minutes on a 2-core AVX2-only CPU). Ends with its wall time.
 test: $(TSTAMP)
-	$(PY) -m pytest
+	@start=$$(date +%s); $(PY) -m pytest -m "not full"; rc=$$?; \
+		echo "make test: the fast tier took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+
+## every test: the fast tier, the workflow on the shared tiny grid, the PTB presets on their CI cut (they run when
+## LMGRID_PTB_DIR points at the Penn Treebank), the MLflow server, the report in a browser where Chromium is
+## installed (make browser). Ends with its wall time.
+test-full: $(TSTAMP)
+	@start=$$(date +%s); $(PY) -m pytest; rc=$$?; \
+		echo "make test-full: every test took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
 ## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)
-report-check: $(TSTAMP)
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
-		|| echo "report-check: no chromium and not root: apt-get install chromium"
+report-check: $(TSTAMP) browser
 	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+
+## Chromium for the report's browser check, from the Debian packages when missing (as root)
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
+		|| echo "browser: no chromium and not root: apt-get install chromium"
 
 ## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
 ## capped at AVX2 (no bf16 kernels), ATen's kernels at AVX2, and lmgrid told the CPU's flags (README, "Precision")

@@ -29,3 +29,42 @@ def ptb_dir() -> Path:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+# tests/tiers.py: the fast and full tiers and their guard; pytester: the guard's own test runs a suite inside a suite
+pytest_plugins = ["tiers", "pytester"]
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """One empty MLflow sqlite store with MLflow's migrations applied, made once a session: a fresh store runs them
+    all (5-20 s on a 2-core machine), a copy of this one opens at once."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture(scope="session")
+def new_store(mlflow_template):
+    """new_store(path) -> the tracking URI of a migrated empty sqlite store at path (a copy of mlflow_template)."""
+    import shutil
+
+    def make(path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(mlflow_template, path)
+        return f"sqlite:///{path}"
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory, repo, mlflow_template) -> Path:
+    """The shared finished tiny grid (tests/tinygrid.py: GRID), built once a session by a full Snakemake run: its
+    work folder, with the run's terminal output in terminal.txt.  Read it; change only a copy (tinygrid.copy_grid)."""
+    from tinygrid import GRID, build
+
+    workdir = tmp_path_factory.mktemp("pipeline")
+    build(workdir, repo, GRID, mlflow_template)
+    return workdir

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_workflow import TINY
+from tinygrid import TINY
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed"),
+              pytest.mark.full]  # dry runs (tests/tiers.py)
 
 FAKE_GPU = '''
 import lmgrid.neural.placement as p

@@ -53,8 +53,8 @@ def active_runs(uri: str):
         return mlflow.search_runs(experiment_names=[CORPUS], max_results=1000)
 
 
-def test_sync_contents_and_idempotence(results, tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_sync_contents_and_idempotence(results, tmp_path, new_store):
+    uri = new_store(tmp_path / "mlflow.db")
     n_cells = len(all_runs(STUDIES))  # 2 kn + 4 lstm; the 'more' runs are shared
     assert n_cells == 6
     first = sync(uri, CORPUS, STUDIES, results)
@@ -119,10 +119,10 @@ def test_sync_contents_and_idempotence(results, tmp_path):
 SETTINGS = {"corpus": {"name": CORPUS, "kind": "synth", "synth": {"seed": 4}}, "vocab": {"min_count": 2}}
 
 
-def test_runs_are_complete_records(results, tmp_path):
+def test_runs_are_complete_records(results, tmp_path, new_store):
     """Training's start and end, the model, the data as dataset inputs with digests, corpus and vocabulary
     settings, the benchmark's peak RSS and CPU time; no stray Default experiment; optional registration."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path / "mlflow.db")
     first = sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS, register_models=True)
     client = MlflowClient(tracking_uri=uri)
     assert [e.name for e in client.search_experiments()] == [CORPUS]  # Default is gone (deleted, not listed)
@@ -173,7 +173,7 @@ def resource_metrics(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if "rss" in k or "cpu" in k}
 
 
-def test_resource_metrics_are_the_training_process_own(results, tmp_path, monkeypatch):
+def test_resource_metrics_are_the_training_process_own(results, tmp_path, monkeypatch, new_store):
     """A cell's run logs the CPU time and peak RSS its own process measured (metrics.json: cpu_s, max_rss_mib), and
     of Snakemake's benchmark file only the wall time: under the warm server that file measures the thin client.
     Negative control, the mutation it kills: logging the benchmark file's max_rss and cpu_time too (as bench_*),
@@ -191,10 +191,10 @@ def test_resource_metrics_are_the_training_process_own(results, tmp_path, monkey
             .rename(lambda c: c[len("metrics."):]).to_dict()
 
     expected = {"cpu_s": m["cpu_s"], "max_rss_mib": m["max_rss_mib"]}
-    assert resource_metrics(logged(f"sqlite:///{tmp_path}/a.db")) == expected
+    assert resource_metrics(logged(new_store(tmp_path / "a.db"))) == expected
     monkeypatch.setattr(tracking, "benchmark_metrics",
                         lambda path: {f"bench_{k}": v for k, v in read_benchmark(path).items()})
-    assert resource_metrics(logged(f"sqlite:///{tmp_path}/b.db")) != expected
+    assert resource_metrics(logged(new_store(tmp_path / "b.db"))) != expected
 
 
 def _free_port() -> int:
@@ -309,7 +309,7 @@ def user_facing_problems(uri: str, root: Path) -> list[str]:
     return sorted(set(problems))
 
 
-def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tmp_path, monkeypatch):
+def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tmp_path, monkeypatch, new_store):
     """Each logged model is named by its cell (e.g. lstm-torch-n3-l1-window-s2), gate metrics count layers from 1
     (gates/l1/...), the experiment carries MLflow 3's experiment-kind tag for classic model training, and dataset
     sources are relative to the clone (results/<corpus>/...).  Negative controls, the mutations they kill, one sync
@@ -320,7 +320,7 @@ def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tm
 
     assert normalise("lstm", "torch", 5, 1, "window", 1).slug == "lstm-torch-n5-l1-window-s1"
     monkeypatch.setattr("lmgrid.aggregate.tracking.environment", lambda: {})  # no git calls: faster syncs
-    sync(f"sqlite:///{tmp_path}/ok.db", CORPUS, STUDIES, results, data_settings=SETTINGS)
+    sync(new_store(tmp_path / "ok.db"), CORPUS, STUDIES, results, data_settings=SETTINGS)
     assert user_facing_problems(f"sqlite:///{tmp_path}/ok.db", results) == []
     mutants = {"model names": (RunKey, "slug", property(lambda self: "model")),
                "layer numbering": (tracking, "layer_label", lambda layer: f"l{int(layer)}"),
@@ -329,12 +329,12 @@ def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tm
     for problem, (owner, name, mutant) in mutants.items():
         with monkeypatch.context() as m:
             m.setattr(owner, name, mutant)
-            uri = f"sqlite:///{tmp_path}/{problem.replace(' ', '_')}.db"
+            uri = new_store(tmp_path / f"{problem.replace(' ', '_')}.db")
             sync(uri, CORPUS, STUDIES, results, data_settings=SETTINGS)
         assert user_facing_problems(uri, results) == [problem]
 
 
-def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path):
+def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path, new_store):
     """Issue 26: each combination is one MLflow run: its components and EM weights as params, the settings a
     test-time component chose on valid as params, the mixture's and each component's PPL as metrics, its table as
     artifacts; a refitted combination replaces its run.  Kills: combinations left out of the sync, weights or
@@ -358,7 +358,7 @@ def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path
         write_combination(folder, "kn_lstm", m, components)
         return str((folder / "result.json").relative_to(results))
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path / "mlflow.db")
     first = sync(uri, CORPUS, STUDIES, results, combinations=[write([0.25, 0.75])])
     runs = active_runs(uri)
     combo = runs[runs["tags.lmgrid.kind"] == "combination"]

@@ -38,7 +38,7 @@ def _ngram(root, c, key, write_arpa="auto") -> None:
 
 
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory):
+def clone(tmp_path_factory, new_store):
     """A clone's results/ with three trained cells, synced to results/mlflow.db."""
     root = tmp_path_factory.mktemp("models") / "clone"
     c = tiny_corpus(root, corpus=CORPUS)
@@ -49,7 +49,7 @@ def clone(tmp_path_factory):
                      "--out", str(root / "counts.npz")]) == 0
     _ngram(root, c, KN)
     _ngram(root, c, NO_ARPA, write_arpa="false")
-    uri = f"sqlite:///{root}/results/mlflow.db"
+    uri = new_store(root / "results" / "mlflow.db")
     syncer = Syncer(uri, CORPUS, CorpusData(root, CORPUS), register_models=True)
     ids = {k: syncer.sync_cell(k, k.run_dir(CORPUS), root / k.run_dir(CORPUS), ["s"]) for k in (LSTM, KN, NO_ARPA)}
     return root, ids
@@ -302,7 +302,7 @@ def _fresh_venv(path: Path, requirements: list[str]) -> Path:
 
 
 @pytest.mark.slow
-def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatch):
+def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatch, new_store):
     """A cell's model, copied out of the store, loads and scores in a new virtual environment that holds only its
     requirements.txt and what they require: they are satisfied there offline (`pip install --no-index -r`; no
     `+cpu` local versions), lmgrid comes from the model's own code folder (code_paths), and the test split scores
@@ -345,7 +345,7 @@ def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatc
         yield empty
 
     monkeypatch.setattr(pyfunc_model, "package_source", no_package)
-    mutant_uri = f"sqlite:///{tmp_path}/mutant/mlflow.db"
+    mutant_uri = new_store(tmp_path / "mutant" / "mlflow.db")
     mlflow_client = MlflowClient(tracking_uri=mutant_uri)
     with fluent_uri(mutant_uri):
         exp = mlflow_client.create_experiment("mutant", artifact_location=(tmp_path / "mutant_art").as_uri())

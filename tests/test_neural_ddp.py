@@ -131,6 +131,7 @@ def test_ddp_run_resumes_a_checkpoint(tmp_path):
     print(f"resumed: largest relative difference: {assert_same_training(straight, resumed):.2e}")
 
 
+@pytest.mark.full
 @pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
 def test_training_jobs_ask_for_devices_gpus_and_threads(repo, tmp_path):
     """train.devices: 2 on GPUs: each training job asks for gpu=2 and at least 2 threads; n-gram jobs for none."""

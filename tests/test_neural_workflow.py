@@ -44,6 +44,7 @@ def test_per_arch_overrides_and_unknown_keys():
         resolve_hparams({"epochs": 0}, "gru")
 
 
+@pytest.mark.full
 @pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
 def test_dry_run_schedules_one_job_per_neural_run(repo, tmp_path):
     shutil.copy(repo / "Snakefile", tmp_path)

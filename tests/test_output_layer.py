@@ -75,6 +75,7 @@ def test_cutoffs_follow_the_coverage_rule():
         adaptive_cutoffs([0, 0, 0])
 
 
+@pytest.mark.full
 def test_cutoffs_of_ptb_are_near_2000_and_6000(ptb_dir):
     """The rule on PTB's vocabulary (the issue's measured head of 2000 words covers 86.9%): the boundaries the
     seed_table preset and its docs quote.  Kills: counts taken in another order than the vocabulary's ids (by

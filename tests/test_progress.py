@@ -151,6 +151,7 @@ def test_progress_callback_writes_what_status_reads(tmp_path):
     assert json.loads(path.read_text())["valid_ppl"] == pytest.approx(20.0855, rel=1e-4)
 
 
+@pytest.mark.full  # lmgrid status and plan build Snakemake's DAG (tests/tiers.py)
 def test_status_command_reads_the_config(tmp_path, repo):
     (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
     r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "corpus.name=nothing_yet"],
@@ -177,6 +178,7 @@ def test_status_command_reads_the_config(tmp_path, repo):
                                                       "(did you mean 'lr'?)")
 
 
+@pytest.mark.full  # lmgrid plan builds Snakemake's DAG
 def test_plan_with_an_unreachable_download_names_the_way_out(tmp_path, repo, monkeypatch):
     """With corpus.download's server out of reach and no local copy, `lmgrid plan` stops with one line naming the
     URL and the local alternatives. Negative control, the mutation it kills: Snakemake's bare message passed on
@@ -292,22 +294,12 @@ def test_wall_time_simulation():
     assert wall_s([Task("a", None), Task("b", 3.0, deps=[0])], 2) == pytest.approx(3.0)
 
 
-NGRAM_GRID = {"studies": {"ctx": {"arch": ["addk", "mkn"], "n_step": [2, 3]}}}
+@pytest.fixture
+def finished_grid(tiny_pipeline, tmp_path):
+    """A copy of the session's finished tiny grid (tests/tinygrid.py), which the test may change."""
+    from tinygrid import copy_grid
 
-
-@pytest.fixture(scope="module")
-def finished_grid(tmp_path_factory, repo):
-    from test_workflow import TINY, snakemake, write_config
-
-    workdir = tmp_path_factory.mktemp("plan")
-    write_config(workdir, {**TINY, **NGRAM_GRID})
-    os.environ["LMGRID_REPORT"], old = "0", os.environ.get("LMGRID_REPORT")
-    try:
-        r = snakemake(workdir, repo)
-    finally:
-        os.environ.pop("LMGRID_REPORT") if old is None else os.environ.__setitem__("LMGRID_REPORT", old)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return workdir
+    return copy_grid(tiny_pipeline, tmp_path / "grid")
 
 
 def _dry_run_jobs(out: str) -> set[str]:
@@ -332,19 +324,22 @@ def _plan_rows(out: str, section: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.full
 def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     """After a changed setting and a deleted output, plan's pending cells and jobs are exactly the jobs
     `snakemake -n` schedules (its full job blocks: VERBOSE), each with Snakemake's reason.
     kills: pending from file existence (only the cell whose metrics.json is gone would be pending)."""
-    from test_workflow import snakemake
+    from tinygrid import snakemake
 
     (finished_grid / RunKey("mkn", "ngram", 3, 1, "window", 0).run_dir("tiny") / "metrics.json").unlink()
     monkeypatch.setenv("LMGRID_VERBOSE", "1")  # Snakemake's job blocks, not the rules' one-line messages
     dry = snakemake(finished_grid, repo, "-n", "--quiet", "host", "--config", "set=ngram.addk_k=0.5")
     assert dry.returncode == 0, dry.stderr[-3000:]
     expected = _dry_run_jobs(dry.stdout + dry.stderr)
-    assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "summary",
-                        "aggregate", "mlflow_sync"}
+    # The addk cells (a changed setting), the mkn cell (a deleted output) and, after it, its per-token scores and
+    # the two combinations that hold it (tests/tinygrid.py), then the tables and the MLflow mirror.
+    assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "token_scores",
+                        "combine", "combinations", "summary", "aggregate", "mlflow_sync"}
     r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "ngram.addk_k=0.5", "--cores", "2"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -355,4 +350,4 @@ def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     assert others["aggregate"][0] == "input rebuilt first" and others["mlflow_sync"][2] == "benchmark"
     r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "ngram.addk_k=0.5"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)
-    assert "4 cells: 1 done, 0 running, 0 failed, 3 pending" in r.stdout, r.stdout + r.stderr
+    assert "8 cells: 5 done, 0 running, 0 failed, 3 pending" in r.stdout, r.stdout + r.stderr

@@ -39,6 +39,7 @@ def test_make_run_and_make_dry_pass_the_same_arguments():
     assert re.search(r"\$\(SMK\) --dry-run --cores \$\(CORES\) \$\(SMKCFG\)( \$\(DRYOUT\))?$", dry[1]), dry
 
 
+@pytest.mark.full
 @pytest.mark.skipif(not (VENV / "bin" / "snakemake").is_file(), reason="snakemake is not in this environment")
 @pytest.mark.parametrize("line", readme_examples())
 def test_readme_override_example_dry_runs(line, tmp_path):

@@ -24,6 +24,8 @@ from lmgrid.aggregate import layout
 from lmgrid.aggregate.fixtures import write_fake_results
 from lmgrid.runkey import expand_study
 
+pytestmark = pytest.mark.full  # Snakemake runs (tests/tiers.py)
+
 CORPUS = "rep"
 STUDIES = {
     "ngram_orders": {"arch": ["kn", "mkn"], "n_step": [2, 3], "description": "a study that is not in config.yaml"},

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_workflow import TINY, planned_jobs, snakemake
+from tinygrid import COMBINED, GRID as CONFIG, copy_grid, planned_jobs, snakemake
 
-CONFIG = {**TINY, "studies": {"ctx": {"arch": ["mkn", "rnn", "gru"], "n_step": [3]}},
-          "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
-                    "log_every": 0},
-          # Two combinations that share the n-gram and differ in their neural component (issue 26).
-          "combine": {"kn_rnn": {"components": [{"arch": "mkn", "n_step": 3}, {"arch": "rnn"}]},
-                      "kn_gru": {"components": [{"arch": "mkn", "n_step": 3}, {"arch": "gru"}]}}}
-COMBINED = "results/tiny/combine/{}/result.json"
+pytestmark = pytest.mark.full  # dry runs of a finished grid (tests/tiers.py)
 
 
 # Snakemake's job blocks with their reasons (profiles/default hides both: VERBOSE=1 in the Makefile brings them back)
@@ -34,13 +28,10 @@ def planned(workdir: Path, repo: Path, *config: str) -> tuple[dict[str, int], st
     return planned_jobs(r), r.stdout + r.stderr
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, repo):
-    workdir = tmp_path_factory.mktemp("rerun")
-    (workdir / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    r = snakemake(workdir, repo)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    return workdir
+@pytest.fixture
+def finished(tiny_pipeline):
+    """The session's finished tiny grid (tests/tinygrid.py: two RNN cells, window and stream, one GRU, one FFNN)."""
+    return tiny_pipeline
 
 
 @pytest.mark.parametrize("assignments", [
@@ -58,16 +49,16 @@ def test_execution_settings_reschedule_nothing(finished, repo, assignments):
 
 def test_a_computing_setting_reruns_exactly_its_runs_and_is_named(finished, repo):
     jobs, out = planned(finished, repo, "set=train.per_arch.rnn.lr=0.02")
-    assert jobs.get("train") == 1 and "train_gated" not in jobs and "ngram" not in jobs, jobs
+    assert jobs.get("train") == 2 and "train_gated" not in jobs and "ngram" not in jobs, jobs
     assert "now: 'lr=0.02'" in out and "before: 'lr=0.003'" in out, out[-3000:]
     # The reason is short: the changed setting, not every setting of the run.
     reason = next(line for line in out.splitlines() if "Params have changed" in line)
     assert len(reason) < 300, reason
 
     jobs, _ = planned(finished, repo, "set=train.hidden_dim=12")
-    assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
+    assert jobs.get("train") == 3 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
     jobs, _ = planned(finished, repo, "set=ngram.addk_k=0.5")
-    assert jobs == {}, jobs  # no addk run in this grid: nothing depends on it
+    assert jobs.get("ngram") == 2 and "train" not in jobs and "train_gated" not in jobs, jobs  # the two addk cells
 
 
 def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
@@ -93,7 +84,7 @@ def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
         return planned_jobs(r), r.stdout + r.stderr
 
     jobs, out = dry_run(FAKE_GPU)
-    assert jobs.get("train") == 1 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
+    assert jobs.get("train") == 3 and jobs.get("train_gated") == 1 and "ngram" not in jobs, jobs
     assert "now: 'placement=cuda 32-true'" in out and "before: 'placement=cpu 32-true'" in out, out[-3000:]
 
     device_blind = FAKE_GPU + "_plan = p.plan\np.plan = lambda *a, **k: ('cpu', _plan(*a, **k)[1])\n"
@@ -168,8 +159,7 @@ def test_a_changed_component_reruns_only_the_combinations_that_use_it(finished, 
     assert rules.read_text().count(own) == 1
     rules.write_text(rules.read_text().replace(own, "for key, mode in sorted(set().union(*COMBINE.values()))\n"
                                                      "            for f in"))
-    grid = tmp_path / "grid"
-    shutil.copytree(finished, grid, symlinks=True)
+    grid = copy_grid(finished, tmp_path / "grid")
     targets = [COMBINED.format(name) for name in CONFIG["combine"]]
     r = snakemake(grid, mutant, *targets)  # the mutant's inputs differ: both combinations rerun once, nothing else
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

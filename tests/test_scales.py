@@ -125,6 +125,7 @@ def test_the_comparison_sets_each_scales_answer_side_by_side(tmp_path):
     assert len(pd.read_csv(f"{stem}.csv")) == len(rows) == 5
 
 
+@pytest.mark.full
 def test_status_and_plan_show_each_scale_before_the_config(work, monkeypatch, capsys):
     """Kills "make status/plan show the config alone" (a scale's cells, which `make run` trains first, unlisted):
     the scale's table comes first, with its own files and SET."""

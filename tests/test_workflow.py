@@ -9,43 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-TINY = {
-    "corpus": {"name": "tiny", "kind": "synth",
-               "synth": {"seed": 2, "sentences": {"train": 400, "valid": 60, "test": 60},
-                         "grammar": {"nouns": 30, "adjectives": 10, "intransitive_verbs": 10,
-                                     "transitive_verbs": 10, "adverbs": 5}}},
-    "vocab": {"min_count": 1},
-    "studies": {"context": {"arch": ["mkn"], "n_step": [2, 3]}},
-}
+# The shared grid and its helpers (tests/tinygrid.py); other test files import them from here as well.
+from tinygrid import GRID, TINY, copy_config, planned_jobs, snakemake, write_config  # noqa: F401
+
+pytestmark = pytest.mark.full  # every test here runs Snakemake (tests/tiers.py)
 
 
-def snakemake(workdir: Path, repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
-    """Rule -> job count from a dry run's 'Job stats' table (empty when nothing is to be done)."""
-    out = result.stdout + result.stderr
-    if "Nothing to be done" in out:
-        return {}
-    table = out.split("Job stats:", 1)[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
-
-
-def write_config(workdir: Path, cfg: dict) -> None:
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, repo):
-    workdir = tmp_path_factory.mktemp("wf")
-    write_config(workdir, TINY)
-    r = snakemake(workdir, repo)
-    assert r.returncode == 0, r.stderr[-3000:]
-    (workdir / "terminal.txt").write_text(r.stdout + r.stderr)  # what the run showed in the terminal
-    return workdir
+@pytest.fixture
+def finished(tiny_pipeline):
+    """The session's finished tiny grid (conftest.py): read it, or change only a copy."""
+    return tiny_pipeline
 
 
 def test_run_produces_the_summary(finished):
@@ -71,13 +44,7 @@ def test_second_run_does_nothing(finished, repo):
 
 
 def test_changing_a_value_reruns_only_its_dependents(finished, repo):
-    cfg = json.loads(json.dumps(TINY))
-    cfg["vocab"]["min_count"] = 2
-    write_config(finished, cfg)
-    try:
-        jobs = planned_jobs(snakemake(finished, repo, "-n"))
-    finally:
-        write_config(finished, TINY)
+    jobs = planned_jobs(snakemake(finished, repo, "-n", "--config", "set=vocab.min_count=2"))
     assert "vocab" in jobs and "summary" in jobs
     assert "synth" not in jobs and "corpus" not in jobs  # upstream of the vocabulary: untouched
 
@@ -199,7 +166,7 @@ def test_a_run_rebuilds_the_report_after_its_results(finished):
     assert report.stat().st_mtime >= max(p.stat().st_mtime for p in results)
     html = report.read_text(encoding="utf-8")
     assert '"results/tiny/summary.html"' in html  # the summary table, category Summary
-    assert "<li><strong>context</strong>:" in html  # workflow.rst's study list is a list ...
+    assert "<li><strong>ctx</strong>:" in html  # workflow.rst's study list is a list ...
     assert "<p>The summary table (category <em>Summary</em>)" in html  # ... closed before the next paragraph
 
 
@@ -260,35 +227,37 @@ def test_the_report_opens_in_a_real_browser(finished, tmp_path):
 
 # ---- embeddings (lmgrid.embed): one job per corpus after training -----------------------------------------------
 
-def test_embeddings_job_writes_vectors_scores_and_study_outputs(tmp_path, repo):
-    """On a tiny synthetic grid the embeddings job writes every neural cell's vectors, the scores, and the study's
-    table, neighbours and map; the table says the benchmarks do not cover the made-up words.  A changed
+def test_embeddings_job_writes_vectors_scores_and_study_outputs(finished, repo):
+    """On the tiny synthetic grid the embeddings job writes every neural cell's vectors, the scores, and each
+    study's table, neighbours and map; the table says the benchmarks do not cover the made-up words.  A changed
     embeddings setting reruns that job alone.  kills: a setting missing from the rule's params (the change would
     rerun nothing)."""
     import pandas as pd
 
-    cfg = {**json.loads(json.dumps(TINY)), "studies": {"ctx": {"arch": ["ffnn", "mkn"], "n_step": [2, 3]}},
-           "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8}}
-    write_config(tmp_path, cfg)
-    r = snakemake(tmp_path, repo, "results/tiny/embeddings/embeddings.csv")
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = tmp_path / "results" / "tiny"
+    from lmgrid.runkey import all_runs
+
+    res = finished / "results" / "tiny"
     table = pd.read_csv(res / "embeddings" / "embeddings.csv")
-    assert sorted(table["model"]) == ["Feed-forward n2 l1 window s1"] * 2 + ["Feed-forward n3 l1 window s1"] * 2 + \
-        ["PPMI-SVD d8", "random d8"]
-    for cell in ("n2_l1_window_s1", "n3_l1_window_s1"):
-        assert {p.name for p in (res / "embeddings/vectors/ffnn/torch" / cell).iterdir()} == \
-            {"input.w2v.txt", "output.w2v.txt"}
-    study = res / "studies" / "ctx"
-    for f in ("embeddings.csv", "embeddings.md", "embeddings.html", "embeddings_neighbours.md",
-              "embeddings_neighbours.html", "embeddings_map.png", "embeddings_map.pdf"):
-        assert (study / f).is_file(), f
-    assert "too few for any score" in (study / "embeddings.md").read_text()
+    neural = [k for k in all_runs(GRID["studies"]) if not k.is_ngram]
+    assert len(neural) == 4
+    expected = {"Feed-forward n3 l1 window s1", "Elman RNN n3 l1 window s1", "GRU n3 l1 window s1",
+                "Elman RNN n0 l1 stream s1"}
+    rows = table["model"].value_counts().to_dict()
+    assert rows == {**{m: 2 for m in expected}, "PPMI-SVD d8": 1, "random d8": 1}, rows  # input and output vectors
+    for k in neural:
+        cell = res / "embeddings" / "vectors" / k.arch / k.impl / Path(k.run_dir("tiny")).name
+        assert {p.name for p in cell.iterdir()} == {"input.w2v.txt", "output.w2v.txt"}, cell
+    for name in GRID["studies"]:
+        study = res / "studies" / name
+        if name == "ctx":  # n-grams only: no vectors
+            continue
+        for f in ("embeddings.csv", "embeddings.md", "embeddings.html", "embeddings_neighbours.md",
+                  "embeddings_neighbours.html", "embeddings_map.png", "embeddings_map.pdf"):
+            assert (study / f).is_file(), (name, f)
+        assert "too few for any score" in (study / "embeddings.md").read_text()
     assert (res / "logs" / "embeddings.log").is_file()
-    cfg["embeddings"] = {"ppmi_window": 2}
-    write_config(tmp_path, cfg)
-    assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv")) == \
-        {"embeddings": 1}
+    target = "results/tiny/embeddings/embeddings.csv"
+    changed = ("--config", "set=embeddings.ppmi_window=2")
+    assert planned_jobs(snakemake(finished, repo, "-n", target, *changed)) == {"embeddings": 1}
     # The mutant: Snakemake blind to params (only file times) plans nothing, so the rerun above came from them.
-    assert planned_jobs(snakemake(tmp_path, repo, "-n", "results/tiny/embeddings/embeddings.csv",
-                                  "--rerun-triggers", "mtime")) == {}
+    assert planned_jobs(snakemake(finished, repo, "-n", target, *changed, "--rerun-triggers", "mtime")) == {}

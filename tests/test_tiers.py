@@ -1,0 +1,150 @@
+"""The suite's tiers (tests/tiers.py): the guard that fails a fast-tier test which starts Snakemake, uses a fixture
+that did, or reads the Penn Treebank; and `-m "not full"` leaving out `full`, `slow` and `ptb` tests.  Each check
+runs a small suite in a child pytest (pytester), so the guard's state is that suite's own."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from tiers import starts_snakemake
+
+TESTS = Path(__file__).resolve().parent
+
+# A suite whose Snakemake is a stand-in program of that name (the guard reads the command line; nothing runs)
+SUITE = '''
+import os, subprocess, sys
+import pytest
+
+SNAKEMAKE = os.environ["FAKE_SNAKEMAKE"]
+
+@pytest.fixture(scope="module")
+def tier_guard_grid():
+    subprocess.run([SNAKEMAKE, "-n"], check=True)
+    return "a finished grid"
+
+@pytest.fixture
+def ptb_dir(tmp_path):
+    return tmp_path
+
+def test_unmarked_runs_snakemake():
+    subprocess.run([SNAKEMAKE, "--cores", "2"], check=True)
+
+def test_unmarked_runs_lmgrid_plan():
+    subprocess.run([sys.executable, "-c", "pass", "-m", "lmgrid", "plan"], check=True)
+
+@pytest.mark.full
+def test_marked_runs_snakemake():
+    subprocess.run([SNAKEMAKE, "--cores", "2"], check=True)
+
+@pytest.mark.full
+def test_marked_uses_the_grid(tier_guard_grid):
+    pass
+
+def test_unmarked_uses_the_grid(tier_guard_grid):
+    pass
+
+def test_unmarked_reads_ptb(ptb_dir):
+    pass
+
+@pytest.mark.ptb
+def test_ptb_marked_reads_ptb(ptb_dir):
+    pass
+
+@pytest.mark.slow
+def test_slow_runs_snakemake():
+    subprocess.run([SNAKEMAKE], check=True)
+
+def test_unmarked_plain():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+'''
+CAUGHT = {"test_unmarked_runs_snakemake", "test_unmarked_runs_lmgrid_plan", "test_unmarked_uses_the_grid",
+          "test_unmarked_reads_ptb"}
+FINE = {"test_marked_runs_snakemake", "test_marked_uses_the_grid", "test_ptb_marked_reads_ptb",
+        "test_slow_runs_snakemake", "test_unmarked_plain"}
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    fake = pytester.path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_SNAKEMAKE", str(fake))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def outcomes(result) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for line in result.outlines:
+        m = re.match(r"^test_suite\.py::(\w+) (PASSED|FAILED|SKIPPED|ERROR)", line)
+        if m:
+            found.setdefault(m.group(2), set()).add(m.group(1))
+    return found
+
+
+def test_the_guard_fails_fast_tier_tests_that_run_snakemake_or_read_ptb(suite):
+    """Kills a guard that sees nothing: the same suite without the plugin (the negative control, run here) passes
+    every test, so the failures come from tests/tiers.py; and a guard that forgets fixtures (a test that only uses
+    the grid a fixture built with Snakemake would pass)."""
+    guarded = suite.runpytest_subprocess("-p", "tiers", "-v", "-p", "no:cacheprovider")
+    found = outcomes(guarded)
+    assert found.get("FAILED") == CAUGHT and found.get("PASSED") == FINE, guarded.outlines[-40:]
+    why = [line for line in guarded.outlines if "but it is in the fast tier" in line]
+    assert any("test_unmarked_reads_ptb uses the fixture 'ptb_dir', which reads the Penn Treebank" in line
+               for line in why), why
+    plain = suite.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    assert outcomes(plain) == {"PASSED": CAUGHT | FINE}, plain.outlines[-40:]
+
+
+def test_the_fast_tier_leaves_out_full_slow_and_ptb_tests(suite):
+    """`make test`'s selection.  Kills "slow or ptb not implying full" (those tests would run in the fast tier)."""
+    fast = suite.runpytest_subprocess("-p", "tiers", "-v", "-p", "no:cacheprovider", "-m", "not full")
+    found = outcomes(fast)
+    ran = set().union(*found.values())
+    assert ran == {"test_unmarked_runs_snakemake", "test_unmarked_runs_lmgrid_plan", "test_unmarked_uses_the_grid",
+                   "test_unmarked_reads_ptb", "test_unmarked_plain"}, fast.outlines[-40:]
+
+
+@pytest.mark.parametrize("line, runs", [
+    (["/x/.venv/bin/snakemake", "-n"], True),
+    ("cd /w && /x/.venv/bin/snakemake --dry-run --cores 2", True),
+    (["python", "-m", "snakemake", "-n"], True),
+    (["python", "-m", "lmgrid", "status"], True),
+    (["lmgrid", "scales-run", "--", "snakemake"], True),
+    (["python", "-m", "lmgrid", "train", "--arch", "lstm"], False),
+    (["make", "-n", "dry"], False),
+    ("pdflatex table.tex", False),
+])
+def test_what_counts_as_starting_snakemake(line, runs):
+    assert starts_snakemake(line) is runs
+
+
+def test_entering_snakemakes_api_in_process_is_seen(monkeypatch):
+    """lmgrid plan and status build the DAG through Snakemake's API, in-process where a test calls them.  Kills
+    "the API left unwatched": entered before the patch (the negative control, run first) nothing is seen."""
+    import types
+
+    import tiers
+
+    class Api:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    seen: list[str] = []
+    monkeypatch.setattr(tiers._WATCH, "saw", seen.append)
+    with Api():
+        pass
+    assert seen == []
+    tiers._patch_api(types.SimpleNamespace(SnakemakeApi=Api))
+    with Api():
+        pass
+    assert seen == ["enters Snakemake's API in the test process"]
