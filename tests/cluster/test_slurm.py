@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import yaml
 
+pytestmark = pytest.mark.full  # a real SLURM and Snakemake runs (tests/tiers.py)
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).with_name("tiny.yaml")
 SLURM_PROFILE = REPO / "profiles/slurm"
