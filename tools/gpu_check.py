@@ -92,6 +92,7 @@ class Check:
         t = time.time()
         try:
             result = fn(self, *a)
+            print(f"ok {name} ({time.time() - t:.1f} s)", flush=True)
         except Exception as e:  # noqa: BLE001 - every failure is reported, the next steps still run
             from lmgrid.errors import LmgridError
 
@@ -240,6 +241,7 @@ def step_collect(check: Check) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.modules.setdefault("gpu_check", sys.modules[__name__])  # gpu_check_steps imports this one, not a copy
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT") or "results/gpu-check", help="log and JSON folder")
     p.add_argument("--dry", action="store_true", help="stop where the check would use the GPU (CPU machines, CI)")
@@ -250,8 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="train tokens per epoch of the 32-true run and of the resume check's epochs")
     p.add_argument("--arch-tokens", type=int, default=14_000, help="train tokens of each one-step arch run")
     p.add_argument("--budget-s", type=float, default=570, help="steps not started past this wall time fail")
+    p.add_argument("--steps", help="the GPU steps to run, comma-separated (default: all; identity needs resume)")
     args = p.parse_args(argv)
-    sys.modules.setdefault("gpu_check", sys.modules[__name__])  # gpu_check_steps imports this one, not a copy
+    from gpu_check_steps import STEPS
+
+    names = [name for name, _ in STEPS]
+    args.steps = args.steps.split(",") if args.steps else names
+    if set(args.steps) - set(names):
+        p.error(f"--steps: unknown {', '.join(sorted(set(args.steps) - set(names)))} (known: {', '.join(names)})")
     block_absent()
     sys.path.insert(0, str(SRC))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))

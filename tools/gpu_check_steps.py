@@ -281,7 +281,8 @@ def step_identity(check, cfg, data) -> dict:
     kwargs, keep = resume_kwargs(check, cfg, data), check.work / "ckpt-gpu"
     if not (keep / "last.ckpt").is_file():
         raise CheckFailed("no GPU checkpoint to offer the CPU (the resume step failed before the kill)")
-    key, hp_run = cfg["key"], resolve_hparams(kwargs["hp"], key.arch)
+    key = cfg["key"]
+    hp_run = resolve_hparams(kwargs["hp"], key.arch)  # as train._run resolves it
     run_info = {"arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
                 "regime": key.regime, "seed": key.seed}
     paths = {**kwargs["paths"], "vocab": kwargs["vocab_path"]}
@@ -305,6 +306,8 @@ def run_gpu_steps(check, cfg, data) -> None:
              "archs": (step_archs, cfg, data), "resume": (step_resume, cfg, data), "warm": (step_warm,),
              "identity": (step_identity, cfg, data)}
     for name, _ in STEPS:
+        if name not in check.args.steps:
+            continue
         if time.time() - check.t0 > check.args.budget_s:
             check.fig["failures"].append({"step": name, "error": f"not started: past --budget-s {check.args.budget_s}"})
             continue
