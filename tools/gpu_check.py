@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -42,7 +43,9 @@ ABSENT = ("snakemake", "mlflow", "gensim", "jsonschema")  # not on the GPU machi
 BLOCK = f"import sys\nfor _m in {ABSENT!r}:\n    sys.modules[_m] = None\nsys.path.insert(0, {str(SRC)!r})\n"
 PRESET = "presets/ptb-paper-medium.yaml"
 STUDY, ARCH = "paper_medium", "lstm"  # the medium cell: LSTM 2x650, stream regime
-TEST_FILES = ("tests/test_gpu_path.py", "tests/test_gpu_workflow.py", "tests/test_precision.py")
+# The GPU-path tests (issue 30).  tests/test_gpu_workflow.py needs Snakemake: collected, and skipped there.  Not
+# tests/test_precision.py: its CPU tests train with accelerator auto, which picks the GPU where there is one.
+TEST_FILES = ("tests/test_gpu_path.py", "tests/test_gpu_workflow.py")
 PTB_CANDIDATES = (REPO.parent / "shared" / "data" / "ptb", REPO / "shared" / "data" / "ptb")
 SMALL_SENTENCES = {"train": 2000, "valid": 200, "test": 200}  # the corpus of the one-step runs of every arch
 
@@ -115,8 +118,9 @@ class Check:
         self.save()
         for f in self.fig["failures"]:
             print(f"gpu-check: error: {f['step']}: {f['error']}", file=sys.stderr, flush=True)
-        if stopped and self.fig["ok"]:
-            print(stopped, flush=True)
+        if self.fig["ok"]:
+            print(stopped or f"gpu-check: ok, every step passed in {self.fig['wall_s']:.0f} s; figures in "
+                  f"{self.out / 'gpu-check.json'}", flush=True)
         return 0 if self.fig["ok"] else 1
 
 
@@ -217,13 +221,16 @@ def run_child(code: str, args: list[str], timeout: float, env: dict | None = Non
     """`python -c BLOCK+code args` in the repository, its output printed (so logged) line by line."""
     proc = subprocess.Popen([sys.executable, "-c", BLOCK + code, *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
-    lines, deadline = [], time.time() + timeout
-    for line in proc.stdout:
-        print("  | " + line, end="", flush=True)
-        lines.append(line)
-        if time.time() > deadline:
-            proc.kill()
-    proc.wait()
+    watchdog = threading.Timer(timeout, proc.kill)  # a child that hangs silently is killed too
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            print("  | " + line, end="", flush=True)
+            lines.append(line)
+        proc.wait()
+    finally:
+        watchdog.cancel()
     return proc.returncode, "".join(lines)
 
 
