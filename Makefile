@@ -102,7 +102,7 @@ bench-%: $(STAMP)
 ## the prepared check of the GPU path on a single-GPU machine, at most 10 min (tools/gpu_check.py, docs/gpu/README.md):
 ## the GPU, the GPU tests, the medium PTB cell in bf16 and fp32, one run of every arch, resume after SIGKILL, the warm
 ## server and the device in a cell's identity. Needs no venv, Snakemake, MLflow or jsonschema: GPU_PY is the
-## Python that has torch (python3 on the GPU machine). Log and JSON in $$OUT, else results/gpu-check
+## Python that has torch (python3 on the GPU machine). Log and JSON in $OUT, else results/gpu-check
 GPU_PY ?= python3
 GPU_CHECK_ARGS ?=
 .PHONY: gpu-check gpu-check-dry
