@@ -111,6 +111,20 @@ clean:
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
 
+## the prepared check of the GPU path on a single-GPU machine, at most 10 min (tools/gpu_check.py, docs/gpu/README.md):
+## the GPU, the GPU tests, the medium PTB cell in bf16 and fp32, one run of every arch, resume after SIGKILL, the warm
+## server and the device in a cell's identity. Needs no venv, Snakemake, MLflow or jsonschema: GPU_PY is the
+## Python that has torch (python3 on the GPU machine). Log and JSON in $OUT, else results/gpu-check
+GPU_PY ?= python3
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check gpu-check-dry
+gpu-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+## the same check on a CPU, up to where it would use the GPU (.ci/run): config, PTB, imports, the tests collected
+gpu-check-dry: $(TSTAMP)
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PY) tools/gpu_check.py --dry $(GPU_CHECK_ARGS)
+
 ## the pipeline on a real single-node SLURM through profiles/slurm (docs/cluster.md). As root it
 ## installs the Debian packages when missing and starts daemons on loopback, stopping them at the end;
 ## without root it skips with the reason.
