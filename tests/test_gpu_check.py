@@ -40,6 +40,7 @@ def gpu_check(tmp_path: Path, *args: str, env: dict | None = None, inject: str |
     return done, json.loads(report.read_text()) if report.is_file() else None
 
 
+@pytest.mark.full  # reads the Penn Treebank (tests/tiers.py)
 def test_the_dry_form_stops_where_the_gpu_would_be_used(tmp_path, ptb_dir):
     """Config from the preset, PTB through the corpus and vocab stages, the training stack imported, the GPU tests
     collected, then one line and exit 0, with the JSON and the log written.  Kills: a dry form that skips or stops
@@ -80,6 +81,7 @@ def test_the_dry_form_fails_with_one_line_before_the_stop(tmp_path, case):
     assert not report["ok"] and "stopped_at" not in report and report["failures"][0]["step"] == "config"
 
 
+@pytest.mark.full  # reads the Penn Treebank (tests/tiers.py)
 def test_the_check_runs_without_the_modules_the_gpu_machine_lacks(tmp_path, ptb_dir):
     """The check blocks Snakemake, MLflow, gensim and jsonschema in its process, as the GPU machine lacks them.
     The negative control: lmgrid's training-settings check put back as it was before issue 45 (jsonschema needed
