@@ -105,8 +105,8 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path, 
 
 def test_float32_is_ieee_during_the_run_and_metrics_json_says_so(tmp_path, monkeypatch):
     """The caller's process leaves cuDNN's RNNs and CUDA matmuls at TF32; during a run both read "ieee", after it
-    the caller's settings are back, and metrics.json records the settings of the device it trained on (here the
-    CPU's oneDNN ones).  Kills: train.run without full_fp32 (the negative control: with full_fp32 replaced by a
+    the caller's settings are back, and metrics.json records the settings of the device it trained on (the CPU's
+    oneDNN ones, or CUDA's on a GPU machine).  Kills: train.run without full_fp32 (the negative control: with full_fp32 replaced by a
     nullcontext, the run sees cudnn.rnn "tf32")."""
     corpus = tiny_corpus(tmp_path)
     seen = []
@@ -123,7 +123,9 @@ def test_float32_is_ieee_during_the_run_and_metrics_json_says_so(tmp_path, monke
     try:
         metrics, _ = train(corpus, tmp_path / "a")
         assert seen[-1] == {"cuda.matmul": "ieee", "cudnn.rnn": "ieee"}
-        assert metrics["fp32_precision"] == {"mkldnn.matmul": "ieee", "mkldnn.rnn": "ieee"}
+        # accelerator auto: the GPU where there is one (make gpu-check), else the CPU's oneDNN
+        assert metrics["fp32_precision"] == ({"cuda.matmul": "ieee", "cudnn.rnn": "ieee"} if torch.cuda.is_available()
+                                             else {"mkldnn.matmul": "ieee", "mkldnn.rnn": "ieee"})
         assert (rnn.fp32_precision, matmul.fp32_precision) == ("tf32", "tf32")
 
         monkeypatch.setattr(train_mod, "full_fp32", contextlib.nullcontext)
