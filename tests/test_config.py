@@ -46,6 +46,11 @@ def mutate(cfg, path, value):
     (("corpus", "kind"), "pdf", "corpus.kind: 'pdf' is not one of"),
     (("corpus", "max_len"), 20, "corpus.max_len: not supported for kind 'synth'"),
     (("corpus", "synth", "grammar"), {"nounz": 3}, "corpus.synth.grammar.nounz: unknown grammar setting"),
+    (("corpus", "max_sentences"), {"train": -1}, "corpus.max_sentences.train: -1 is less than the minimum of 0"),
+    (("corpus", "max_sentences"), {"train": 2.5}, "corpus.max_sentences.train: 2.5 is not of type 'integer'"),
+    (("corpus", "max_sentences"), {"dev": 5}, "corpus.max_sentences.dev: unknown key"),
+    (("corpus", "max_sentences"), 2000, "corpus.max_sentences: 2000 is not of type 'object'"),
+    (("corpus", "max_sentences"), {"train": 10}, "corpus.max_sentences: not supported for kind 'synth'"),
 ])
 def test_bad_values(base, schema, path, value, message):
     with pytest.raises(LmgridError) as exc:
@@ -244,3 +249,25 @@ def test_a_dynamic_setting_of_the_other_rule_is_refused(repo, monkeypatch, assig
     load_config([], "adapt.dynamic.rule=rms adapt.dynamic.decay=[0.1]")
     load_config([], "adapt.dynamic.lr=[2.0]")
     load_config([], "adapt.dynamic.rule=rms")
+
+
+@pytest.mark.parametrize("neutral", [{}, {"train": 0}, {"train": 0, "valid": 0, "test": 0}])
+def test_a_cut_at_its_neutral_value_is_the_config_without_it(base, schema, repo, tmp_path, neutral):
+    """corpus.max_sentences at 0 (or {}) checks to the very config that leaves it out, byte for byte: every rule's
+    params and MLflow's data settings are built from it, so a finished grid reruns nothing when the key is added
+    (the dry run of a finished grid: tests/test_workflow.py), and a config without it keeps the corpus node it had
+    before the key existed.  Kills a neutral value kept in the config (no lmgrid.config.drop_neutral_cut) and a
+    schema default for the key (fill_defaults would put it into every config, grids finished before it included).
+    Control, run here: a real cut (kind text, where it is allowed) does change the config, to the splits it cuts."""
+    import json
+
+    (tmp_path / "all.txt").write_text("".join(f"w{i} x\n" for i in range(40)))
+    for kind in ({"kind": "synth", "synth": base["corpus"]["synth"]},
+                 {"kind": "text", "text": {"path": str(tmp_path / "all.txt")}}):
+        own = mutate(base, ("corpus",), {"name": "c", **kind})
+        plain = json.dumps(check(copy.deepcopy(own), schema, base_dir=repo), sort_keys=True)
+        assert "max_sentences" not in json.loads(plain)["corpus"]
+        stated = mutate(own, ("corpus", "max_sentences"), neutral)
+        assert json.dumps(check(stated, schema, base_dir=repo), sort_keys=True) == plain
+    cut = check(mutate(own, ("corpus", "max_sentences"), {**neutral, "valid": 3}), schema, base_dir=repo)
+    assert json.dumps(cut, sort_keys=True) != plain and cut["corpus"]["max_sentences"] == {"valid": 3}

@@ -1,4 +1,5 @@
 """Corpus stage: normalisation, the three input kinds, and bad input without partial output."""
+import hashlib
 import json
 import subprocess
 import sys
@@ -100,3 +101,54 @@ def test_cli_missing_ptb_split(tmp_path):
                 "--input", f"test={tmp_path / 'missing.txt'}", "--out-dir", tmp_path / "out")
     assert r.returncode == 2 and "missing.txt: file not found" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_max_sentences_keeps_the_first_sentences_after_max_len_and_records_the_cut(tmp_path):
+    """corpus.max_sentences keeps each named split's first N sentences of what the stage writes without it (so after
+    max_len's drops), leaves the other splits whole, and records limit, sentences kept, of how many, and the sha256 of
+    the file written.  Kills: the cut taken before max_len (train would keep "b" only), the last N instead of the
+    first, a record whose sha256 is not the file's, and a record written without a cut (corpus_stats.json of an
+    uncut corpus must stay what it was)."""
+    files = {}
+    for split, text in (("train", "a b c d\nb\nc d\ne\n"), ("valid", "a\nb\nc\n"), ("test", "d\ne\n")):
+        files[split] = write(tmp_path, f"{split}.txt", text.encode())
+    whole = prepare("ptb", files, tmp_path / "whole", max_len=2)
+    assert "max_sentences" not in whole
+    stats = prepare("ptb", files, tmp_path / "cut", max_len=2, max_sentences={"train": 2, "valid": 1, "test": 0})
+    assert (tmp_path / "cut" / "train.txt").read_text() == "b\nc d\n"
+    assert (tmp_path / "cut" / "valid.txt").read_text() == "a\n"
+    assert (tmp_path / "cut" / "test.txt").read_text() == (tmp_path / "whole" / "test.txt").read_text()
+    for split in ("train", "valid"):
+        assert (tmp_path / "whole" / f"{split}.txt").read_text().startswith(
+            (tmp_path / "cut" / f"{split}.txt").read_text())
+    digest = {s: hashlib.sha256((tmp_path / "cut" / f"{s}.txt").read_bytes()).hexdigest() for s in ("train", "valid")}
+    assert stats["max_sentences"] == {"train": {"limit": 2, "sentences": 2, "of": 3, "sha256": digest["train"]},
+                                      "valid": {"limit": 1, "sentences": 1, "of": 3, "sha256": digest["valid"]}}
+    assert stats["splits"]["train"]["sentences"] == 2 and stats["splits"]["train"]["dropped_too_long"] == 1
+    assert json.loads((tmp_path / "cut" / "corpus_stats.json").read_text()) == stats
+    # A limit above the split's size keeps it whole, and says so.
+    big = prepare("ptb", files, tmp_path / "big", max_sentences={"test": 10})
+    assert big["max_sentences"]["test"] == {"limit": 10, "sentences": 2, "of": 2,
+                                            "sha256": hashlib.sha256(b"d\ne\n").hexdigest()}
+
+
+def test_cli_cuts_after_checking_the_whole_files(tmp_path, capsys):
+    """`lmgrid corpus --sha256 ... --max-sentences ...` (in-process: the options, not the interpreter, are tested):
+    the sums are the whole files' (a preset's checksums of the full PTB hold on a cut run), and a bad count is one
+    line naming the option.  Control: a wrong sum still stops it, with nothing written."""
+    from lmgrid.cli import main
+
+    files = {s: write(tmp_path, f"{s}.txt", b"a b\nc\nd e f\n") for s in ("train", "valid", "test")}
+    whole = hashlib.sha256(b"a b\nc\nd e f\n").hexdigest()
+    args = ["corpus", "--kind", "ptb", *(a for s, f in files.items() for a in ("--input", f"{s}={f}"))]
+    assert main([*args, "--out-dir", str(tmp_path / "out"), "--sha256", f"train={whole}",
+                 "--max-sentences", "train=1", "--max-sentences", "test=2"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out" / "train.txt").read_text() == "a b\n"
+    assert (tmp_path / "out" / "test.txt").read_text() == "a b\nc\n"
+    capsys.readouterr()
+    assert main([*args, "--out-dir", str(tmp_path / "bad"), "--max-sentences", "train=two"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "lmgrid: error: --max-sentences train: 'two' is not a count of sentences"]
+    assert main([*args, "--out-dir", str(tmp_path / "sum"), "--sha256", f"train={'0' * 64}",
+                 "--max-sentences", "train=1"]) == 2
+    assert "does not match the expected" in capsys.readouterr().err and not (tmp_path / "sum").exists()

@@ -1,8 +1,11 @@
 """The PTB presets: each runs only its own studies, and every study of every preset runs end to end on the CPU
-(presets/smoke.yaml: training capped to a few steps; presets/smoke-paper.yaml: the GPU presets at tiny widths),
-filling the reference table with the shape docs/contracts.md gives.  Needs the Penn Treebank (LMGRID_PTB_DIR)."""
+(presets/smoke.yaml: training capped to a few steps; presets/smoke-paper.yaml: the GPU presets at tiny widths; both
+on the first sentences of each PTB split, in 32-true), filling the reference table with the shape docs/contracts.md
+gives.  Needs the Penn Treebank (LMGRID_PTB_DIR)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -18,7 +21,8 @@ from lmgrid.neural.hparams import MODEL_KEYS, resolve_hparams
 from lmgrid.neural.schedule import PlateauSchedule
 from lmgrid.neural.train import schedule_settings
 from lmgrid.reference import COLUMNS, NOT_RUN, published_setting
-from lmgrid.runkey import all_runs
+from lmgrid.runkey import NEURAL_ARCHS, all_runs
+from lmgrid.scales import scales_of
 
 from test_workflow import planned_jobs, snakemake
 
@@ -43,6 +47,7 @@ def _workdir(tmp_path, repo, ptb_dir, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.full  # the Penn Treebank (tests/tiers.py)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, monkeypatch):
     """Kills "config.yaml's studies merged into the preset" (no `replace:`): the default grid's cells would be
@@ -56,6 +61,61 @@ def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, mo
     assert jobs.get("train", 0) + jobs.get("train_gated", 0) == sum(not k.is_ngram for k in runs)
     assert jobs.get("ngram", 0) == sum(k.is_ngram for k in runs)
     assert "synth" not in jobs and (jobs.get("reference", 0) == 1) == bool(cfg.get("reference"))
+
+
+@pytest.mark.full  # the Penn Treebank (tests/tiers.py)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_smoke_forms_cut_ptb_and_train_in_fp32(repo, ptb_dir, preset, monkeypatch):
+    """A preset with its smoke file (and each of its scales, which the smoke file still applies to): the smoke file's
+    corpus.max_sentences, and every architecture its studies train at 32-true, so the smoke run's cost does not
+    depend on the CPU (auto's choice is tested in tests/test_precision.py).  Kills: a smoke file without the
+    precision or the cut, a preset's per_arch precision the smoke file leaves in place, a scale that drops the smoke
+    file.  Control, run here: the preset alone is uncut and, but for zaremba_small's recipe, at auto."""
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("LMGRID_PTB_DIR", str(ptb_dir))
+    files = [f"presets/{preset}.yaml", f"presets/{SMOKE[preset]}.yaml"]
+    cut = yaml.safe_load((repo / files[1]).read_text())["corpus"]["max_sentences"]
+    assert all(cut.get(split) for split in ("train", "valid", "test"))
+
+    def precisions(cfg):
+        archs = {a for study in cfg["studies"].values() for a in study["arch"] if a in NEURAL_ARCHS}
+        return {a: resolve_hparams(cfg["train"], a)["precision"] for a in sorted(archs)}
+
+    configs = [load_config(files)] + [s.config for s in scales_of(files)]
+    assert len(configs) == 1 + len(preset_config(repo, preset).get("scales") or {})
+    for cfg in configs:
+        assert cfg["corpus"]["max_sentences"] == cut
+        assert precisions(cfg) and set(precisions(cfg).values()) == {"32-true"}, precisions(cfg)
+    alone = load_config(files[:1])
+    assert "max_sentences" not in alone["corpus"]
+    assert preset == "zaremba_small" or set(precisions(alone).values()) == {"auto"}
+
+
+def first_sentences(path: Path, n: int, last: bool = False) -> tuple[bytes, int]:
+    """The first n sentences of a raw PTB file as the corpus stage writes them (a line each, tokens joined by one
+    blank; blank lines are no sentences), and how many the file holds: recomputed here from the file, not by lmgrid.
+    last=True: the last n instead (the negative control's cut)."""
+    sentences = [" ".join(tokens) + "\n" for tokens in map(str.split, path.read_text(encoding="utf-8").splitlines())
+                 if tokens]
+    return "".join(sentences[-n:] if last else sentences[:n]).encode(), len(sentences)
+
+
+def cut_problems(stats: dict, written: dict[str, bytes], ptb_dir: Path, want: dict[str, int]) -> list[str]:
+    """The corpus stage's cut (corpus_stats.json and the split files written) against the first `want[split]`
+    sentences of each raw PTB split: the record's limit, sentences kept, of how many and sha256, the file's sha256,
+    and the split's sentence count."""
+    out = []
+    for split, n in want.items():
+        expected, whole = first_sentences(ptb_dir / f"ptb.{split}.txt", n)
+        digest = hashlib.sha256(expected).hexdigest()
+        record = stats.get("max_sentences", {}).get(split)
+        if record != {"limit": n, "sentences": min(n, whole), "of": whole, "sha256": digest}:
+            out.append(f"{split}: recorded {record}, not the first {n} of {whole} sentences (sha256 {digest})")
+        if hashlib.sha256(written[split]).hexdigest() != digest:
+            out.append(f"{split}: the file written is not the first {n} sentences")
+        if stats["splits"][split]["sentences"] != min(n, whole):
+            out.append(f"{split}: {stats['splits'][split]['sentences']} sentences in the stats, not {min(n, whole)}")
+    return out
 
 
 def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[dict]) -> list[str]:
@@ -97,9 +157,11 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", END_TO_END)
 def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
-    """Each preset, cut to its smoke size, runs through Snakemake on real PTB.  Kills: a preset study that fails,
-    or leaves its table or findings out; a summary without every run; reference rows whose mean is not their
-    runs' (the negative control, run below: rows set above every run, made self-consistent, must be caught)."""
+    """Each preset, cut to its smoke size, runs through Snakemake on real PTB, cut to the smoke file's first sentences
+    of each split.  Kills: a preset study that fails, or leaves its table or findings out; a summary without every
+    run; reference rows whose mean is not their runs' (the negative control, run below: rows set above every run,
+    made self-consistent, must be caught); a corpus (or a scale's) not cut to the first N sentences of each split,
+    or whose recorded sha256 is not the cut's (negative control, run below: a self-consistent cut of the last N)."""
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
     cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
@@ -112,6 +174,18 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
     r = snakemake(work, repo, "--configfile", *files, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     corpus = work / "results" / smoke["corpus"]["name"]
+    # The cut, in this config's corpus and every scale's: the first N sentences of each PTB split, as recorded.
+    # Negative control, run here: the last N sentences of train, with the record made to agree, must be caught.
+    want = smoke["corpus"]["max_sentences"]
+    for name in [smoke["corpus"]["name"], *(f"{smoke['corpus']['name']}-{label}" for label in cfg.get("scales") or {})]:
+        stage = work / "results" / name / "corpus"
+        stats = json.loads((stage / "corpus_stats.json").read_text())
+        written = {split: (stage / f"{split}.txt").read_bytes() for split in want}
+        assert cut_problems(stats, written, ptb_dir, want) == [], name
+    last, _ = first_sentences(ptb_dir / "ptb.train.txt", want["train"], last=True)
+    mutant = {**stats, "max_sentences": {**stats["max_sentences"], "train": {
+        **stats["max_sentences"]["train"], "sha256": hashlib.sha256(last).hexdigest()}}}
+    assert cut_problems(mutant, {**written, "train": last}, ptb_dir, want) != []
     if cfg.get("scales"):  # every scale's gate answers beside this config's, rows of both
         compared = pd.read_csv(corpus / "scales" / "gates.csv")
         assert set(compared["scale"]) == {smoke["corpus"]["name"]} | {f"{smoke['corpus']['name']}-{label}"

@@ -49,6 +49,19 @@ def test_changing_a_value_reruns_only_its_dependents(finished, repo):
     assert "synth" not in jobs and "corpus" not in jobs  # upstream of the vocabulary: untouched
 
 
+def test_a_cut_at_its_neutral_value_reruns_nothing(finished, repo):
+    """corpus.max_sentences stated at its neutral value over a finished grid: nothing to do (lmgrid.config drops it,
+    and the corpus rule's options name only the splits a cut applies to).  Kills `--max-sentences SPLIT=0` for every
+    split in the corpus options, and a neutral value kept in the config (mlflow_sync's data settings would change).
+    Control, run here: a corpus setting that does change (lowercase) plans the corpus stage again, so "nothing to
+    do" is not a dry run blind to changed params."""
+    for neutral in ("{}", "{train: 0, valid: 0, test: 0}"):
+        r = snakemake(finished, repo, "-n", "--config", f"set=corpus.max_sentences={neutral}")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert planned_jobs(r) == {}, (neutral, planned_jobs(r))
+    assert "corpus" in planned_jobs(snakemake(finished, repo, "-n", "--config", "set=corpus.lowercase=true"))
+
+
 def test_bad_config_stops_before_any_job(tmp_path, repo):
     cfg = json.loads(json.dumps(TINY))
     cfg["studies"]["context"]["n_step"] = [0]

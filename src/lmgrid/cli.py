@@ -101,7 +101,15 @@ def cmd_corpus(a) -> None:
             raise LmgridError(f"--sha256 {split}: no --input {split}=PATH to check")
         verify(inputs[split], want)
     ratios = {"train": a.ratios[0], "valid": a.ratios[1], "test": a.ratios[2]} if a.ratios else None
-    prepare(a.kind, inputs, a.out_dir, lowercase=a.lowercase, max_len=a.max_len, ratios=ratios, seed=a.seed)
+    cut = {}
+    for split, n in a.max_sentences:
+        try:
+            cut[split] = int(n)
+        except ValueError:
+            raise LmgridError(f"--max-sentences {split}: {n!r} is not a count of sentences") from None
+    # After the sha256 checks above: the sums are of the whole files, which a cut leaves as they are.
+    prepare(a.kind, inputs, a.out_dir, lowercase=a.lowercase, max_len=a.max_len, ratios=ratios, seed=a.seed,
+            max_sentences=cut)
 
 
 def cmd_vocab(a) -> None:
@@ -194,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kind text: how one file is split")
     s.add_argument("--seed", type=int, default=1, help="kind text: the seed of the split")
     s.add_argument("--sha256", type=_kv, action="append", default=[], help="SPLIT=HEX: check that input first")
+    s.add_argument("--max-sentences", type=_kv, action="append", default=[], metavar="SPLIT=N",
+                   help="keep the first N sentences of that split, after the checks and max_len (corpus.max_sentences)")
     s.set_defaults(func=cmd_corpus)
 
     s = sub.add_parser("vocab", help="build the vocabulary from train; report OOV rates")

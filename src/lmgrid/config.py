@@ -298,6 +298,9 @@ def check_semantics(config: dict, sources: Sources | str = "config", base_dir: s
     if kind == "synth" and corpus["max_len"]:
         raise LmgridError(f"{src('corpus', 'max_len')}: corpus.max_len: not supported for kind 'synth' "
                           "(dropping sentences would change the distribution the oracle scores)")
+    if kind == "synth" and corpus.get("max_sentences"):
+        raise LmgridError(f"{src('corpus', 'max_sentences')}: corpus.max_sentences: not supported for kind 'synth' "
+                          "(corpus.synth.sentences sets its sizes; the oracle scores the whole sampled splits)")
     if kind == "ptb":
         _check_ptb(corpus, src, base)
     if kind == "text":
@@ -397,6 +400,17 @@ def _check_model_shapes(config: dict, src) -> None:
                               f"({hp['hidden_dim']}) must be a multiple of heads ({hp['heads']})")
 
 
+def drop_neutral_cut(corpus: dict) -> None:
+    """corpus.max_sentences without its splits at 0, and gone when none is left: a config that states the neutral
+    value is then the very config that leaves it out, so the rules' params and the data settings MLflow records are
+    byte for byte what they were before the key existed, and a finished grid reruns nothing."""
+    cut = {split: n for split, n in (corpus.get("max_sentences") or {}).items() if n}
+    if cut:
+        corpus["max_sentences"] = cut
+    else:
+        corpus.pop("max_sentences", None)
+
+
 def check(config: dict, schema_path: str | Path | None = None, source: Sources | str = "config",
           base_dir: str | Path = ".") -> dict:
     """Validate `config` against the schema, fill in the schema's defaults (in place), then the checks beyond
@@ -404,6 +418,7 @@ def check(config: dict, schema_path: str | Path | None = None, source: Sources |
     schema = load_schema(schema_path)
     check_schema(config, sources=source, schema=schema)
     fill_defaults(config, schema)
+    drop_neutral_cut(config["corpus"])
     apply_seeds(config)
     check_semantics(config, source, base_dir)
     return config

@@ -3,7 +3,9 @@
 Three kinds of input: the synthetic grammar, PTB-style split files, and one plain-text
 file split by ratio.  Normalisation: any whitespace separates tokens, CRLF and a UTF-8
 BOM are accepted, blank lines are skipped, optional lowercasing, and sentences longer
-than ``max_len`` tokens are dropped (counted in the stats).  Literal ``<unk>`` stays the
+than ``max_len`` tokens are dropped (counted in the stats).  ``max_sentences`` then keeps the
+first N sentences of a split (a quick run on a cut of the corpus, e.g. presets/smoke.yaml); corpus_stats.json
+records each cut and the sha256 of the split file it wrote.  Literal ``<unk>`` stays the
 unknown token.  The other special strings ``<s>``, ``</s>`` and ``<pad>`` would collide
 with the model's own markers, so a literal occurrence becomes ``<unk>`` and is counted
 under ``special_literals_replaced``.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from .errors import LmgridError, atomic_write, write_json
 from .ppl import BOS, EOS, PAD, UNK
+from .rawdata import sha256_of
 
 SPLITS = ("train", "valid", "test")
 REPLACED_LITERALS = frozenset({BOS, EOS, PAD})
@@ -97,8 +100,16 @@ def write_split(path: str | Path, sentences: list[list[str]]) -> None:
 
 
 def prepare(kind: str, inputs: dict[str, str], out_dir: str | Path, *, lowercase: bool = False,
-            max_len: int = 0, ratios: dict[str, float] | None = None, seed: int = 0) -> dict:
-    """Run the corpus stage. `inputs` maps split -> file (kinds synth and ptb) or {"text": file}."""
+            max_len: int = 0, ratios: dict[str, float] | None = None, seed: int = 0,
+            max_sentences: dict[str, int] | None = None) -> dict:
+    """Run the corpus stage. `inputs` maps split -> file (kinds synth and ptb) or {"text": file}.
+    `max_sentences`: split -> N, keep that split's first N sentences (0 or absent: all of them)."""
+    cut = {name: n for name, n in (max_sentences or {}).items() if n}
+    for name, n in cut.items():
+        if name not in SPLITS:
+            raise LmgridError(f"corpus.max_sentences: unknown split {name!r} (expected train, valid or test)")
+        if not isinstance(n, int) or n < 0:
+            raise LmgridError(f"corpus.max_sentences.{name}: {n!r} is not a count of sentences (an integer >= 0)")
     if kind in ("synth", "ptb"):
         splits, replaced = {}, 0
         for name in SPLITS:
@@ -117,10 +128,21 @@ def prepare(kind: str, inputs: dict[str, str], out_dir: str | Path, *, lowercase
             if not kept:
                 raise LmgridError(f"corpus.max_len: {max_len} drops every sentence of the {name} split")
             splits[name] = kept
+    # The cut comes last, so a cut split is a prefix of what the stage writes without it (ratios and max_len as
+    # they were), whatever else is set.
+    whole = {name: len(splits[name]) for name in cut}
+    for name, n in cut.items():
+        splits[name] = splits[name][:n]
     result = stats(splits, dropped, replaced)
     out_dir = Path(out_dir)
     for name in SPLITS:
         write_split(out_dir / f"{name}.txt", splits[name])
+    if cut:
+        # Only with a cut: a corpus stage without one writes the corpus_stats.json it always wrote.  The sha256 is of
+        # the split file as written, so a reader can tell that the file beside it is the cut this names.
+        result["max_sentences"] = {name: {"limit": n, "sentences": len(splits[name]), "of": whole[name],
+                                          "sha256": sha256_of(out_dir / f"{name}.txt")}
+                                   for name, n in sorted(cut.items(), key=lambda kv: SPLITS.index(kv[0]))}
     write_json(out_dir / "corpus_stats.json", result)
     return result
 

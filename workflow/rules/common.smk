@@ -80,6 +80,10 @@ def corpus_options(wildcards):
         t = c["text"]
         ratios = t["ratios"]
         opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t['seed']}")
+    # Only the splits a cut applies to (lmgrid.config drops those at 0): without corpus.max_sentences this string
+    # is the one it always was, so a finished corpus stage keeps its params and does not rerun.
+    cut = c.get("max_sentences", {})
+    opts += [f"--max-sentences {s}={cut[s]}" for s in SPLITS if s in cut]
     return " ".join(opts)
 
 
