@@ -62,6 +62,29 @@ def test_a_cut_at_its_neutral_value_reruns_nothing(finished, repo):
     assert "corpus" in planned_jobs(snakemake(finished, repo, "-n", "--config", "set=corpus.lowercase=true"))
 
 
+def test_the_corpus_command_without_a_cut_is_the_one_it_always_was(tmp_path, repo):
+    """The corpus job's command (its params.options inside) for a text corpus, as a dry run prints it: without
+    corpus.max_sentences, and with it at 0, exactly the command of the code before the key existed (its params are
+    what a grid finished then recorded: any change would rerun the corpus stage and everything after it); with a cut,
+    that command plus the splits cut.  Kills `--max-sentences SPLIT=0` emitted for every split, and a neutral value
+    kept (lmgrid.config.drop_neutral_cut).  Control, run here: a real cut changes the command."""
+    (tmp_path / "all.txt").write_text("w1 x\nw2 y\n" * 30)
+    write_config(tmp_path, {"corpus": {"name": "t", "kind": "text", "text": {"path": "all.txt"}},
+                            "studies": {"s": {"arch": ["kn"], "n_step": [2]}}})
+
+    def command(*config):
+        r = snakemake(tmp_path, repo, "-n", "-p", "results/t/corpus/corpus_stats.json", *config)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return re.findall(r"^Shell command: (lmgrid corpus .*)$", r.stdout + r.stderr, re.M)
+
+    before = ("lmgrid corpus --kind text --input text=all.txt --out-dir results/t/corpus --max-len 0 --ratios 0.8 0.1 "
+              "0.1 --seed 1 > results/t/logs/corpus.log 2>&1")
+    assert command() == [before]
+    assert command("--config", "set=corpus.max_sentences={train: 0, valid: 0, test: 0}") == [before]
+    assert command("--config", "set=corpus.max_sentences={train: 5, test: 0}") == [
+        before.replace(" > ", " --max-sentences train=5 > ")]
+
+
 def test_bad_config_stops_before_any_job(tmp_path, repo):
     cfg = json.loads(json.dumps(TINY))
     cfg["studies"]["context"]["n_step"] = [0]
