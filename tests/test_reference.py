@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 from lmgrid import reference as ref_mod
-from lmgrid.errors import LmgridError, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import write_json
 from lmgrid.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
 
 SMALL = {"hidden_dim": 200, "dropout": 0.0, "tie_weights": False, "bptt": 20}

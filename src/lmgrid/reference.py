@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from .aggregate.effects import t_interval
-from .errors import LmgridError, atomic_write, read_json
+from .errors import LmgridError
+from .fileio import atomic_write, read_json
 from .runkey import NGRAM_ARCHS
 
 MATCH_KEYS = ("arch", "impl", "n_step", "layers", "regime")

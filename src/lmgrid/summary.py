@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .errors import atomic_write, read_json
+from .fileio import atomic_write, read_json
 
 PPL_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed",
                "valid_ppl", "test_ppl", "valid_tokens", "test_tokens", "params"]

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..fileio import read_json
 from ..runkey import RunKey
-from .layout import GATED_ARCHS, model_label
+from ..gate_facts import GATED_ARCHS
+from .layout import model_label
 
 KEY_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed"]
 LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]

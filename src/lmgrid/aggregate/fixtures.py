@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import atomic_write, write_json
+from ..fileio import atomic_write, write_json
 from ..runkey import RunKey, all_runs
-from .layout import GATED_ARCHS
+from ..gate_facts import GATED_ARCHS
 
 GATES = {"lstm": "ifog", "gru": "zr"}
 BASE_PPL = {"addk": 160.0, "katz": 120.0, "kn": 105.0, "mkn": 100.0, "ffnn": 95.0, "rnn": 92.0, "lstm": 85.0,

@@ -8,10 +8,10 @@ a plot is made when the grid varies along its axis.
 from __future__ import annotations
 
 from ..errors import LmgridError
+from ..gate_facts import GATED_ARCHS
 from . import names
 from ..runkey import RunKey, expand_study
 
-GATED_ARCHS = ("lstm", "gru")
 STUDIES_DIR = "results/{corpus}/studies"
 EMBEDDINGS_DIR = "results/{corpus}/embeddings"  # `lmgrid embeddings` (lmgrid.embed.pipeline)
 EMBEDDING_VECTORS = "embeddings/vectors"  # a cell's word vectors: RunKey.beside(corpus, EMBEDDING_VECTORS)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..fileio import read_json
 from ..runkey import RunKey, all_runs, expand_study
 from . import artifact_store
 from .collect import read_benchmark, read_gates, read_log

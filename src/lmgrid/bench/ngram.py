@@ -89,7 +89,7 @@ def ppl_table(ptb: Path) -> int:
 def _scaled(ptb: Path, k: int, folder: Path) -> tuple[Path, Path]:
     """K x PTB train (copy c >= 1 with every word suffixed _c) and its vocabulary, written into `folder`."""
     from ..corpus import load_split
-    from ..errors import write_json
+    from ..fileio import write_json
     from ..ppl import UNK
     from ..vocab import SPECIALS, Vocab, build
 

@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from lmgrid.corpus import SPLITS
 from lmgrid.neural.precision import native_cpu_bf16
 
-SPLITS = ("train", "valid", "test")
 
 
 def at_least_one(text: str) -> int:

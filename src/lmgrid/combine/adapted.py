@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lmgrid.errors import LmgridError, read_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import read_json
 from lmgrid.vocab import Vocab
 
 METHODS = ("cache", "dynamic", "dynamic+cache")

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from lmgrid.corpus import load_split
-from lmgrid.errors import LmgridError, read_json, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import read_json, write_json
+from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.ppl import EOS
 from lmgrid.vocab import Vocab
 
@@ -63,7 +65,7 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     with full_fp32():
         for split in paths:
             gate_stats = (gates_mod.GateStats(regime, vocab.index[BOS])
-                          if split == "test" and metrics["arch"] in gates_mod.GATED_ARCHS else None)
+                          if split == "test" and metrics["arch"] in GATED_ARCHS else None)
             collected: list = []
             with autocast(lm.precision, device.type):
                 evaluate(model, data.dataloader(split, device=device), regime, device, gate_stats, collected)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lmgrid.errors import LmgridError, atomic_write, read_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import atomic_write, read_json
 from lmgrid.runkey import beside_runs
 
 SPLITS = ("valid", "test")

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..fileio import read_json
 from ..runkey import NGRAM_ARCHS
 from ..vocab import SPECIALS
 

@@ -20,7 +20,8 @@ import pandas as pd
 from ..aggregate.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, embedding_plan, model_label
 from ..aggregate.names import display
 from ..corpus import load_split
-from ..errors import LmgridError, atomic_write, read_json
+from ..errors import LmgridError
+from ..fileio import atomic_write, read_json
 from ..runkey import RunKey, all_runs, expand_study
 from ..vocab import SPECIALS, Vocab
 from . import evaluate, export, ppmi, study

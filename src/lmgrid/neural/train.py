@@ -32,7 +32,9 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from lmgrid.errors import LmgridError, atomic_write, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import atomic_write, write_json
+from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.models import IMPLS
 from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
@@ -264,7 +266,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
     eval_s, eval_tokens = 0.0, 0
     # The gate statistics of a gated run are gathered by the forward pass that scores test (gates.GateStats).
-    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in gates_mod.GATED_ARCHS else None
+    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in GATED_ARCHS else None
     for split in ("valid", "test"):
         if split == "valid" and best_row is not None and "valid_tokens" in best_row:
             n = int(best_row["valid_tokens"])

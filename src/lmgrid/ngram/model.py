@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError, atomic_write, write_json
+from ..errors import LmgridError
+from ..fileio import atomic_write, write_json
 from ..ppl import BOS, PAD, counted_tokens, perplexity
 from ..resources import own_usage
 from ..runkey import normalise
