@@ -120,7 +120,7 @@ def test_status_of_a_finished_grid_shows_each_cell_valid_and_test_ppl(tmp_path, 
             f"{20.0 + i + 0.5:.2f}" and all(table[k.name].values()) for i, k in enumerate(keys))
 
     assert shows_results(rows()), rows()
-    monkeypatch.setattr(progress, "_ppl", lambda metrics, split: None)
+    monkeypatch.setattr(progress, "_record", lambda key, corpus: None)  # a status that reads no run record
     assert not shows_results(rows())
 
 
