@@ -90,6 +90,8 @@ def test_a_file_from_before_the_version_field_reads_as_version_1(tmp_path):
     new = json.loads((tmp_path / "metrics.json").read_text())
     old = {k: v for k, v in new.items() if k != "version"}
     payload_new = cell_payload(key, tmp_path)
+    # As before the field existed: the format's version is neither a param nor a metric of the mirrored run.
+    assert not any("version" == k for part in ("params", "tags", "final") for k in payload_new[part])
     write_json(tmp_path / "metrics.json", old)
     record = RunRecord.read(tmp_path / "metrics.json")
     assert record.version == 1 and record.results() == old
@@ -104,7 +106,7 @@ def test_a_missing_field_is_one_line_naming_the_file_and_the_field(tmp_path, dro
     data = _neural()
     (data[drop[0]] if len(drop) == 2 else data).pop(drop[-1])
     write_json(tmp_path / "metrics.json", data)
-    _one_line_error(tmp_path / "metrics.json", field, "missing")
+    _one_line_error(tmp_path / "metrics.json", f"field {field} missing")
 
 
 @pytest.mark.parametrize("change, field", [({"params": True}, "'params'"), ({"wall_s": "12 s"}, "'wall_s'"),
