@@ -37,8 +37,8 @@ _LIST = "a list"
 _TYPES: dict[str, str] = {
     **{k: _TEXT for k in ("name", "arch", "impl", "regime")},
     **{k: _INT for k in ("n_step", "layers", "seed", "params")},
-    # Fields one kind of run adds, checked when present.  Counters a training run takes from its epoch log are
-    # numbers, not integers: a log read back on resume may give them as floats.
+    # Fields one kind of run adds, checked when present.  Their counts are checked as numbers only: readers sum and
+    # print them, so a file is refused for what no reader could use, not for 3.0 where a writer meant 3.
     **{k: _NUMBER for k in ("train_tokens_per_s", "eval_tokens_per_s", "eval_padding_fraction", "train_tokens",
                             "epochs", "best_epoch", "lr_decays", "wall_s", "cpu_s", "max_rss_mib", "start_unix_s",
                             "end_unix_s", "order")},
