@@ -20,8 +20,7 @@ from pathlib import Path
 from .dryrun import Job, Plan, dry_run
 from .eta import REPORT_RULE, Task, estimate_s, finished_cells, read_wall_s, rule_estimate, wall_s
 from .errors import LmgridError
-from .run_record import FILE_NAME as RUN_RECORD_FILE
-from .run_record import RunRecord
+from .run_record import RECORD_FILE, RunRecord
 from .runkey import RunKey, all_runs, expand_study
 
 RECENT_S = 60.0  # a log written this recently belongs to a running job (n-gram jobs write no progress.json)
@@ -43,7 +42,7 @@ def _record(key: RunKey, corpus: str) -> RunRecord | None:
     """A finished run's record (metrics.json); None when it cannot be read: the status of a whole grid shows that
     cell without its PPLs rather than stop at one file (the study tables name the file and field)."""
     try:
-        return RunRecord.read(Path(key.run_dir(corpus)) / RUN_RECORD_FILE)
+        return RunRecord.read(Path(key.run_dir(corpus)) / RECORD_FILE)
     except (OSError, LmgridError):
         return None
 

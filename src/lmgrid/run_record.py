@@ -23,7 +23,7 @@ from .errors import LmgridError
 from .fileio import read_json, write_json
 
 VERSION = 1
-FILE_NAME = "metrics.json"
+RECORD_FILE = "metrics.json"  # in the run folder (RunKey.run_dir)
 EVAL_SPLITS = ("valid", "test")  # the splits every run is scored on (and a cell's score files hold)
 KEY_FIELDS = ("name", "arch", "impl", "n_step", "layers", "regime", "seed")
 SCORE_FIELDS = ("ppl", "nll_nats", "tokens", "oov_tokens")
@@ -156,7 +156,7 @@ class RunRecord:
         """A run's metrics.json (the file itself, or the run folder holding it)."""
         path = Path(path)
         if path.is_dir():
-            path = path / FILE_NAME
+            path = path / RECORD_FILE
         return cls.from_dict(read_json(path), path)
 
     def write(self, path: str | Path) -> dict:

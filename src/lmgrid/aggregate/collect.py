@@ -10,8 +10,7 @@ from ..errors import LmgridError
 from ..fileio import read_json
 from ..runkey import RunKey
 from ..gate_facts import GATED_ARCHS
-from ..run_record import EVAL_SPLITS, SCORE_FIELDS, RunRecord
-from ..run_record import FILE_NAME as RUN_RECORD_FILE
+from ..run_record import EVAL_SPLITS, RECORD_FILE, SCORE_FIELDS, RunRecord
 from .layout import model_label
 
 KEY_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed"]
@@ -69,7 +68,7 @@ def load_study(keys: list[RunKey], corpus: str, root: str | Path = ".") -> dict[
     runs, logs, gates = [], [], []
     for key in keys:
         d = run_path(key, corpus, root)
-        runs.append(run_row(key, RunRecord.read(d / RUN_RECORD_FILE)))
+        runs.append(run_row(key, RunRecord.read(d / RECORD_FILE)))
         if key.is_ngram:
             continue
         log = read_log(d / "log.csv")

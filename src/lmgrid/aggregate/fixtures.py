@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fileio import atomic_write, write_json
-from ..run_record import FILE_NAME as RUN_RECORD_FILE
-from ..run_record import RunRecord
+from ..run_record import RECORD_FILE, RunRecord
 from ..runkey import RunKey, all_runs
 from ..gate_facts import GATED_ARCHS
 
@@ -71,7 +70,7 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
     m.update({"cpu_s": 20.0 + key.n_step, "max_rss_mib": 400.0 + key.layers})
     with atomic_write(run_dir / ("model.arpa" if key.is_ngram else "model.ckpt"), "wb") as fh:
         fh.write(f"fake model of {key.name}\n".encode())
-    RunRecord.from_dict(m, run_dir / RUN_RECORD_FILE).write(run_dir / RUN_RECORD_FILE)
+    RunRecord.from_dict(m, run_dir / RECORD_FILE).write(run_dir / RECORD_FILE)
 
 
 def write_data(root: Path, corpus: str, keys: list[RunKey]) -> None:

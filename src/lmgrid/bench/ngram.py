@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..run_record import FILE_NAME as RUN_RECORD_FILE
-from ..run_record import RunRecord
+from ..run_record import RECORD_FILE, RunRecord
 
 KENLM = ("lmplz", "query")
 SHARED_PTB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ptb"
@@ -115,7 +114,7 @@ def _job(t: Path, train, vocab, split: dict, a) -> tuple[dict, dict]:
               "--out", f"{t}/counts.npz", *mem])
     e = _run(["ngram", "--counts", f"{t}/counts.npz", "--vocab", str(vocab), "--valid", split["valid"],
               "--test", split["test"], "--arch", a.arch, "--order", str(a.order), "--arpa", f"{t}/model.arpa",
-              "--metrics", f"{t}/{RUN_RECORD_FILE}", "--write-arpa", a.write_arpa, *mem])
+              "--metrics", f"{t}/{RECORD_FILE}", "--write-arpa", a.write_arpa, *mem])
     return c, e
 
 
@@ -149,7 +148,7 @@ def scale_table(ptb: Path, split: dict, a) -> int:
             load = os.getloadavg()[0]
             for _ in range(a.repeat or 1):
                 c, e = _job(t, train, vocab, split, a)
-                m = RunRecord.read(t / RUN_RECORD_FILE)
+                m = RunRecord.read(t / RECORD_FILE)
                 ken = _kenlm(t, train, split, a)
                 ken_wall, ken_rss = (f"{ken['wall_s']:.1f}", f"{ken['rss_mib']:.0f}") if ken else ("n/a", "n/a")
                 print(f"| {k} x | {_train_tokens(t / 'counts.npz')} | {m.params:,} | "
@@ -214,7 +213,7 @@ def main(argv: list[str]) -> int:
             jobs.append(job)
             print(f"{r + 1:>6} | {c['wall_s']:>10.2f} {c['cpu_s']:>6.2f} {c['rss_mib']:>8.0f} | {e['wall_s']:>24.2f} "
                   f"{e['cpu_s']:>6.2f} {e['rss_mib']:>8.0f} | {job['wall_s']:>10.2f} {job['rss_mib']:>8.0f}")
-        m = RunRecord.read(t / RUN_RECORD_FILE)
+        m = RunRecord.read(t / RECORD_FILE)
         arpa_mib = (t / "model.arpa").stat().st_size / 2**20
     walls = sorted(j["wall_s"] for j in jobs)
     print(f"in-process phases of the last `ngram` run (s): {m.get('timing')}")

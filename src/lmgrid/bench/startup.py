@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 
 from lmgrid.errors import LmgridError
-from lmgrid.run_record import FILE_NAME as RUN_RECORD_FILE
-from lmgrid.run_record import RunRecord
+from lmgrid.run_record import RECORD_FILE, RunRecord
 
 
 def _first_step_s(results: Path, socket_path: str | None, workdir: Path) -> float:
@@ -51,7 +50,7 @@ def job_overheads(results: Path) -> list[tuple[str, float]]:
     out = []
     for tsv in sorted((results / "benchmarks" / "runs").rglob("*.tsv")):
         rel = tsv.relative_to(results / "benchmarks" / "runs").with_suffix("")
-        metrics = results / "runs" / rel / RUN_RECORD_FILE
+        metrics = results / "runs" / rel / RECORD_FILE
         if not metrics.is_file():
             continue
         record = RunRecord.read(metrics)

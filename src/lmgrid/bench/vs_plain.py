@@ -27,8 +27,7 @@ from pathlib import Path
 
 from lmgrid.corpus import SPLITS
 from lmgrid.neural.precision import native_cpu_bf16
-from lmgrid.run_record import FILE_NAME as RUN_RECORD_FILE
-from lmgrid.run_record import RunRecord
+from lmgrid.run_record import RECORD_FILE, RunRecord
 
 
 
@@ -133,7 +132,7 @@ def main(argv: list[str]) -> int:
                 else:
                     run = work / f"lmgrid-{pair}-{prec}"
                     wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work)
-                    tps = RunRecord.read(run / "run" / RUN_RECORD_FILE).get("train_tokens_per_s")
+                    tps = RunRecord.read(run / "run" / RECORD_FILE).get("train_tokens_per_s")
                     shutil.rmtree(run)
                 rows.setdefault(name, []).append((wall, tps, rss))
                 print(f"pair {pair + 1}: {name:18s} wall {wall:6.1f} s, train {tps:7.0f} tokens/s, "

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from lmgrid.errors import LmgridError
 from lmgrid.fileio import read_json
-from lmgrid.run_record import FILE_NAME as RUN_RECORD_FILE
-from lmgrid.run_record import RunRecord
+from lmgrid.run_record import RECORD_FILE, RunRecord
 from lmgrid.vocab import Vocab
 
 METHODS = ("cache", "dynamic", "dynamic+cache")
@@ -51,7 +50,7 @@ def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict
     from lmgrid.neural.model_io import load_run
 
 
-    record = RunRecord.read(run_dir / RUN_RECORD_FILE)
+    record = RunRecord.read(run_dir / RECORD_FILE)
     check_stream_cell(run_dir, method, record)
     threads = run_threads(record)
     if threads:

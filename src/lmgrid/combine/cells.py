@@ -20,8 +20,7 @@ from lmgrid.errors import LmgridError
 from lmgrid.fileio import write_json
 from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.ppl import EOS
-from lmgrid.run_record import FILE_NAME as RUN_RECORD_FILE
-from lmgrid.run_record import RunRecord
+from lmgrid.run_record import RECORD_FILE, RunRecord
 from lmgrid.vocab import Vocab
 
 from . import scorefile
@@ -49,10 +48,10 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     from lmgrid.neural.precision import autocast, full_fp32
     from lmgrid.ppl import BOS
 
-    record = RunRecord.read(run_dir / RUN_RECORD_FILE)
+    record = RunRecord.read(run_dir / RECORD_FILE)
     hp, regime = record.get("hparams"), record.regime
     if not hp:
-        raise LmgridError(f"{run_dir / RUN_RECORD_FILE}: no hparams (a run older than its evaluation settings)")
+        raise LmgridError(f"{run_dir / RECORD_FILE}: no hparams (a run older than its evaluation settings)")
     lm = load_run(run_dir)
     threads = run_threads(record)
     if threads:
@@ -80,7 +79,7 @@ def ngram_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     """The n-gram's own scoring (lmgrid.ngram.model.stream_logprobs) of its model.arpa."""
     from lmgrid.ngram.model import load_run
 
-    record = RunRecord.read(run_dir / RUN_RECORD_FILE)
+    record = RunRecord.read(run_dir / RECORD_FILE)
     model = load_run(run_dir)
     out = {}
     for split, path in paths.items():

@@ -39,8 +39,7 @@ from lmgrid.models import IMPLS
 from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.resources import own_usage
-from lmgrid.run_record import FILE_NAME as RUN_RECORD_FILE
-from lmgrid.run_record import RunRecord, SplitScore
+from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
 
@@ -326,7 +325,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
     extra.update(own_usage())
     record = RunRecord(name=key.name, **run_info, **scores, params=params, extra=extra)
-    metrics = record.write(run_dir / RUN_RECORD_FILE)
+    metrics = record.write(run_dir / RECORD_FILE)
     print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "
           f"{metrics['train_tokens_per_s']:.0f} train tokens/s, {metrics['wall_s']:.1f} s", flush=True)
