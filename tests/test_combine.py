@@ -14,9 +14,11 @@ import torch
 from lmgrid.combine import cells, mixture, scorefile
 from lmgrid.combine.mixture import combine, fit_weights
 from lmgrid.errors import LmgridError
+from lmgrid.fileio import read_json
 from lmgrid.neural import module as module_mod
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import train_run
+from lmgrid.run_record import RunRecord
 from lmgrid.runkey import normalise
 from lmgrid.vocab import Vocab
 
@@ -115,7 +117,7 @@ def test_ngram_score_files_reproduce_the_runs_ppl(tmp_path):
                   metrics_path=d / "metrics.json", write_arpa="true")
         dirs[order] = d
     out = _write_scores(corpus, dirs[3], tmp_path / "s3")
-    assert out["test"].file_ppl() == pytest.approx(cells.read_json(dirs[3] / "metrics.json")["test"]["ppl"], rel=1e-6)
+    assert out["test"].file_ppl() == pytest.approx(RunRecord.read(dirs[3] / "metrics.json").test.ppl, rel=1e-6)
     (dirs[3] / "model.arpa").write_bytes((dirs[2] / "model.arpa").read_bytes())
     with pytest.raises(LmgridError, match="per-token scores give PPL"):
         _write_scores(corpus, dirs[3], tmp_path / "bad")
@@ -271,7 +273,7 @@ def test_cli_scores_combines_and_fills_the_reference_row(tmp_path, monkeypatch, 
     out = tmp_path / "combine" / "mix"
     assert main(["combine", "--name", "mix", "--component", f"kn={kn_dir}-scores", "--component",
                  f"rnn={rnn_dir}-scores", "--out-dir", str(out)]) in (0, None)
-    result = cells.read_json(out / "result.json")
+    result = read_json(out / "result.json")
     assert sorted(result["labels"]) == ["kn", "rnn"] and sum(result["weights"]) == pytest.approx(1.0)
     assert result["valid_ppl"] <= min(result["component_valid_ppl"]) + 1e-9
     assert main(["combinations", "--results", str(out / "result.json"), "--csv", "all.csv", "--md", "all.md",

@@ -15,7 +15,8 @@ import yaml
 from lmgrid.adapt import cli as adapt_cli
 from lmgrid.adapt import dynamic, tune
 from lmgrid.combine import adapted, cells, mixture, scorefile, select
-from lmgrid.errors import LmgridError, read_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import read_json
 from lmgrid.neural.data import StreamChunks, encode, sentence_rows
 from lmgrid.neural.module import evaluate
 from lmgrid.ngram.external import count_to_npz

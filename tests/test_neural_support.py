@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lmgrid.corpus import write_split
-from lmgrid.errors import write_json
+from lmgrid.fileio import write_json
 from lmgrid.vocab import build
 
 # Settings that keep a run to a few seconds on one CPU thread.

@@ -3,12 +3,14 @@ for the rest."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +20,7 @@ from lmgrid.dryrun import Job, Plan
 from lmgrid.errors import LmgridError
 from lmgrid.eta import Task, wall_s
 from lmgrid.progress import format_plan, format_status, grid_status, left
+from lmgrid.run_record import RunRecord, SplitScore
 from lmgrid.runkey import RunKey, beside_runs
 
 CONFIG = {"corpus": {"name": "c"},
@@ -43,8 +46,9 @@ PLAN = Plan([_job(LSTM[3]), _job(LSTM[5], "params changed: lr"), _job(KN)])
 def _done(key: RunKey, seconds: float, valid_ppl: float = 30.0, test_ppl: float = 29.0) -> None:
     run = Path(key.run_dir("c"))
     run.mkdir(parents=True, exist_ok=True)
-    (run / "metrics.json").write_text(json.dumps({"wall_s": seconds, "valid": {"ppl": valid_ppl},
-                                                  "test": {"ppl": test_ppl}}))
+    score = lambda ppl: SplitScore(ppl=ppl, nll_nats=100 * math.log(ppl), tokens=100, oov_tokens=0)  # noqa: E731
+    RunRecord(name=key.name, **asdict(key), valid=score(valid_ppl), test=score(test_ppl), params=0,
+              extra={"wall_s": seconds}).write(run / "metrics.json")
     bench = Path(key.beside("c", "benchmarks/runs", ".tsv"))
     bench.parent.mkdir(parents=True, exist_ok=True)
     bench.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:{int(seconds):02d}\t100\n")
@@ -116,7 +120,7 @@ def test_status_of_a_finished_grid_shows_each_cell_valid_and_test_ppl(tmp_path, 
             f"{20.0 + i + 0.5:.2f}" and all(table[k.name].values()) for i, k in enumerate(keys))
 
     assert shows_results(rows()), rows()
-    monkeypatch.setattr(progress, "_ppl", lambda metrics, split: None)
+    monkeypatch.setattr(progress, "_record", lambda key, corpus: None)  # a status that reads no run record
     assert not shows_results(rows())
 
 

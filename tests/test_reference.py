@@ -9,16 +9,22 @@ import pytest
 from scipy import stats
 
 from lmgrid import reference as ref_mod
-from lmgrid.errors import LmgridError, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import write_json
 from lmgrid.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
 
 SMALL = {"hidden_dim": 200, "dropout": 0.0, "tie_weights": False, "bptt": 20}
 
 
+def _score(ppl: float) -> dict:
+    """A split's full score (lmgrid.run_record): the PPL is what these tests vary."""
+    return {"ppl": ppl, "nll_nats": 1000 * math.log(ppl), "tokens": 1000, "oov_tokens": 0}
+
+
 def _metrics(tmp_path, name, arch, layers, seed, test_ppl, regime="stream", n_step=0, epochs=13, **hp):
     path = tmp_path / f"{name}.json"
     write_json(path, {"name": name, "arch": arch, "impl": "torch", "n_step": n_step, "layers": layers,
-                      "regime": regime, "seed": seed, "valid": {"ppl": test_ppl + 5}, "test": {"ppl": test_ppl},
+                      "regime": regime, "seed": seed, "valid": _score(test_ppl + 5), "test": _score(test_ppl),
                       "params": 1000, "epochs": epochs, "stopped_because": "budget", "wall_s": 600.0,
                       "device": "cpu (2 threads)", "precision": "bf16-mixed", "hparams": {**SMALL, **hp}})
     return str(path)

@@ -1,5 +1,5 @@
 """Vocabulary stage: train only, specials first, cut-offs, OOV report."""
-from lmgrid.errors import read_json
+from lmgrid.fileio import read_json
 from lmgrid.vocab import SPECIALS, Vocab, build, oov_report, run
 
 

@@ -1,50 +1,6 @@
-"""One exception type for every user-facing failure, and atomic file output."""
+"""One exception type for every user-facing failure (file output and JSON helpers: lmgrid.fileio)."""
 from __future__ import annotations
-
-import contextlib
-import json
-import os
-import tempfile
-from pathlib import Path
-
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 class LmgridError(Exception):
     """A problem with the user's input or config. The CLI prints it as one line, without a traceback."""
-
-
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w"):
-    """Write to a temporary file beside `path` and move it into place only when the block succeeds,
-    so a crash or an error never leaves a half-written output behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; outputs get the usual permissions
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as fh:
-            yield fh
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: str | os.PathLike, obj) -> None:
-    with atomic_write(path) as fh:
-        json.dump(obj, fh, indent=2, sort_keys=False)
-        fh.write("\n")
-
-
-def read_json(path: str | os.PathLike):
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LmgridError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LmgridError(f"{path}: not valid JSON ({e})") from None

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+GATED_ARCHS = ("lstm", "gru")  # the architectures whose gates are measured (gates.csv)
 TANH_GATES = ("g",)
 SATURATION = {"sigmoid": (0.1, 0.9), "tanh": (-0.9, 0.9)}  # (left-saturated below, right-saturated above)
 

@@ -10,7 +10,8 @@ import random
 from pathlib import Path
 from typing import Protocol
 
-from .errors import LmgridError, atomic_write
+from .errors import LmgridError
+from .fileio import atomic_write
 from .ppl import BOS, EOS, PAD, perplexity, targets
 from .vocab import Vocab
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from .corpus import load_split
-from .errors import LmgridError, write_json
+from .errors import LmgridError
+from .fileio import write_json
 from .ppl import counted_tokens, perplexity
 from .vocab import Vocab
 
 
 def write_sample(sentences_with_logp, text_path, logp_path) -> None:
     from .corpus import write_split
-    from .errors import atomic_write
+    from .fileio import atomic_write
 
     write_split(text_path, [s for s, _ in sentences_with_logp])
     with atomic_write(logp_path) as fh:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from .dryrun import Job, Plan, dry_run
 from .eta import REPORT_RULE, Task, estimate_s, finished_cells, read_wall_s, rule_estimate, wall_s
+from .errors import LmgridError
+from .run_record import RECORD_FILE, RunRecord
 from .runkey import RunKey, all_runs, expand_study
 
 RECENT_S = 60.0  # a log written this recently belongs to a running job (n-gram jobs write no progress.json)
@@ -36,10 +38,13 @@ class Cell:
     test_ppl: float | None = None
 
 
-def _ppl(metrics: dict, split: str) -> float | None:
-    """A finished run's PPL on `split` (docs/contracts.md, metrics.json); None when it has none."""
-    scores = metrics.get(split)
-    return float(scores["ppl"]) if isinstance(scores, dict) and "ppl" in scores else None
+def _record(key: RunKey, corpus: str) -> RunRecord | None:
+    """A finished run's record (metrics.json); None when it cannot be read: the status of a whole grid shows that
+    cell without its PPLs rather than stop at one file (the study tables name the file and field)."""
+    try:
+        return RunRecord.read(Path(key.run_dir(corpus)) / RECORD_FILE)
+    except (OSError, LmgridError):
+        return None
 
 
 def _log_path(key: RunKey, corpus: str) -> Path:
@@ -104,15 +109,11 @@ def cell_state(key: RunKey, corpus: str, job: Job | None) -> Cell:
     """The state of one cell; `job` is its pending job in the dry run (None: Snakemake would not run it)."""
     if job is None:
         spent = benchmark_s(key, corpus)
-        path = Path(key.run_dir(corpus)) / "metrics.json"
-        try:
-            metrics = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            metrics = {}
+        record = _record(key, corpus)
         if spent is None:
-            spent = metrics.get("wall_s", 0.0)
-        return Cell(key, "done", spent_s=spent or 0.0, valid_ppl=_ppl(metrics, "valid"),
-                    test_ppl=_ppl(metrics, "test"))
+            spent = record.get("wall_s", 0.0) if record else 0.0
+        return Cell(key, "done", spent_s=spent or 0.0, valid_ppl=record.valid.ppl if record else None,
+                    test_ppl=record.test.ppl if record else None)
     log = _log_path(key, corpus)
     progress_path = Path(key.beside(corpus, "ckpt/runs")) / "progress.json"
     progress = None

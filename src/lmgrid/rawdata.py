@@ -16,9 +16,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LmgridError, atomic_write
+from .corpus import SPLITS
+from .errors import LmgridError
+from .fileio import atomic_write
 
-SPLITS = ("train", "valid", "test")
 PTB_DIR_ENV = "LMGRID_PTB_DIR"
 PTB_NAMES = {split: f"ptb.{split}.txt" for split in SPLITS}
 

@@ -29,7 +29,9 @@ import numpy as np
 import pandas as pd
 
 from .aggregate.effects import t_interval
-from .errors import LmgridError, atomic_write, read_json
+from .errors import LmgridError
+from .fileio import atomic_write, read_json
+from .run_record import RunRecord
 from .runkey import NGRAM_ARCHS
 
 MATCH_KEYS = ("arch", "impl", "n_step", "layers", "regime")
@@ -132,7 +134,8 @@ def _combination_row(row: dict, ref: dict, setting: dict, result: dict | None, b
 
 
 def reference_table(rows: list[dict], metrics_paths: list[str], combination_paths: list[str] = ()) -> pd.DataFrame:
-    runs = [read_json(p) for p in metrics_paths]
+    # Checked run records, matched on their fields by name (the rules above read the file's keys).
+    runs = [RunRecord.read(p).results() for p in metrics_paths]
     by_dir = {str(Path(p).parent): m for p, m in zip(metrics_paths, runs)}
     combos = {r["name"]: r for r in (read_json(p) for p in combination_paths)}
     out = []

@@ -20,7 +20,8 @@ from html import escape
 from pathlib import Path
 
 from .config import load_config, load_yaml
-from .errors import LmgridError, atomic_write
+from .errors import LmgridError
+from .fileio import atomic_write
 
 SCALES_DIR = "results/{corpus}/scales"
 OUTPUTS = ("csv", "md", "html")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .errors import atomic_write, read_json
+from .fileio import atomic_write, read_json
+from .run_record import KEY_FIELDS, RunRecord
 
 PPL_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed",
                "valid_ppl", "test_ppl", "valid_tokens", "test_tokens", "params"]
@@ -16,11 +17,10 @@ def ppl_table(oracle_path: str | None, metrics_paths: list[str]) -> pd.DataFrame
         rows.append({"model": "oracle", "arch": "oracle", "valid_ppl": o["valid"]["ppl"], "test_ppl": o["test"]["ppl"],
                      "valid_tokens": o["valid"]["tokens"], "test_tokens": o["test"]["tokens"]})
     for p in metrics_paths:
-        m = read_json(p)
-        rows.append({"model": m["name"], **{k: m[k] for k in ("arch", "impl", "n_step", "layers", "regime", "seed")},
-                     "valid_ppl": m["valid"]["ppl"], "test_ppl": m["test"]["ppl"],
-                     "valid_tokens": m["valid"]["tokens"], "test_tokens": m["test"]["tokens"],
-                     "params": m.get("params")})
+        r = RunRecord.read(p)
+        rows.append({"model": r.name, **{k: getattr(r, k) for k in KEY_FIELDS[1:]},
+                     "valid_ppl": r.valid.ppl, "test_ppl": r.test.ppl,
+                     "valid_tokens": r.valid.tokens, "test_tokens": r.test.tokens, "params": r.params})
     table = pd.DataFrame(rows, columns=PPL_COLUMNS)
     for col in ("n_step", "layers", "seed", "valid_tokens", "test_tokens", "params"):
         table[col] = table[col].astype("Int64")  # integers, with a blank where a row has none
@@ -49,10 +49,11 @@ PPL_HEADS = {"model": "Model", "n_step": "n", "layers": "Layers", "regime": "Reg
 
 
 def _model_id(row) -> str:
-    """The model id of the display names (aggregate.names): 'lstm/cell', 'kn'; the oracle keeps its own."""
-    if row["arch"] == "oracle":
-        return "oracle"
-    return row["arch"] if row["impl"] in ("torch", "ngram") else f"{row['arch']}/{row['impl']}"
+    """The model id of the display names (aggregate.layout.model_id): 'lstm/cell', 'kn'; the oracle keeps its own
+    (its row has no impl)."""
+    from .aggregate.layout import model_id
+
+    return "oracle" if row["arch"] == "oracle" else model_id(row["arch"], row["impl"])
 
 
 def _ordered(table: pd.DataFrame) -> pd.DataFrame:

@@ -5,7 +5,8 @@ import collections
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import LmgridError, read_json, write_json
+from .errors import LmgridError
+from .fileio import read_json, write_json
 from .ppl import BOS, EOS, PAD, UNK
 
 SPECIALS = (PAD, UNK, BOS, EOS)  # fixed ids 0..3

@@ -6,10 +6,11 @@
 import re
 
 from lmgrid.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
-from lmgrid.combine.scorefile import SCORE_DIR, SPLITS as SCORE_SPLITS
+from lmgrid.combine.scorefile import SCORE_DIR
 from lmgrid.combine.select import label as combine_label
 from lmgrid.combine.select import resolve as resolve_combine
 from lmgrid.combine.select import score_dir
+from lmgrid.run_record import EVAL_SPLITS as SCORE_SPLITS
 
 try:
     COMBINE, _combine_notes = resolve_combine(config)

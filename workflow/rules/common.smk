@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from lmgrid.config import workflow_config
+from lmgrid.corpus import SPLITS
 from lmgrid.errors import LmgridError
 from lmgrid.neural.cli import JOB_SETTINGS_ENV
 from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
@@ -27,7 +28,6 @@ except LmgridError as _e:
 
 CORPUS = config["corpus"]["name"]
 KIND = config["corpus"]["kind"]
-SPLITS = ["train", "valid", "test"]
 # kind ptb: local files (corpus.files, else $LMGRID_PTB_DIR) or URLs that rule fetch downloads (lmgrid.rawdata).
 PTB = ptb_sources(config["corpus"]) if KIND == "ptb" else None
 envvars:

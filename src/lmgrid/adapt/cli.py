@@ -36,7 +36,7 @@ def cmd_adapt(a) -> None:
     import numpy as np
     import torch
 
-    from lmgrid.errors import write_json
+    from lmgrid.fileio import write_json
     from lmgrid.neural.allocator import keep_freed_blocks
     from lmgrid.neural.model_io import load_run
 

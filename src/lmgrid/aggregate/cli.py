@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import LmgridError, write_json
+from ..errors import LmgridError
+from ..fileio import write_json
 
 
 def _studies(text: str) -> dict:

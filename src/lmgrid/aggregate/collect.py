@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..fileio import read_json
 from ..runkey import RunKey
-from .layout import GATED_ARCHS, model_label
+from ..gate_facts import GATED_ARCHS
+from ..run_record import EVAL_SPLITS, RECORD_FILE, SCORE_FIELDS, RunRecord
+from .layout import model_label
 
 KEY_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed"]
 LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
@@ -21,14 +24,6 @@ def key_fields(key: RunKey) -> dict:
 
 def run_path(key: RunKey, corpus: str, root: str | Path = ".") -> Path:
     return Path(root) / key.run_dir(corpus)
-
-
-def read_metrics(path: Path) -> dict:
-    m = read_json(path)
-    for split in ("valid", "test"):
-        if not isinstance(m.get(split), dict) or "ppl" not in m[split]:
-            raise LmgridError(f"{path}: missing key {split}.ppl (see docs/contracts.md)")
-    return m
 
 
 def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -55,13 +50,13 @@ def read_gates(path: Path) -> pd.DataFrame:
     return df
 
 
-def run_row(key: RunKey, m: dict) -> dict:
+def run_row(key: RunKey, record: RunRecord) -> dict:
     row = key_fields(key)
-    for split in ("valid", "test"):
-        for k in ("ppl", "nll_nats", "tokens", "oov_tokens"):
-            row[f"{split}_{k}"] = m[split].get(k)
+    for split in EVAL_SPLITS:
+        for k in SCORE_FIELDS:
+            row[f"{split}_{k}"] = getattr(record.score(split), k)
     for k in ("params", "epochs", "best_epoch", "lr_decays", "train_tokens_per_s", "wall_s", "stopped_because"):
-        row[k] = m.get(k)
+        row[k] = record.get(k)  # n-gram runs have no epochs: None, an empty cell
     return row
 
 
@@ -73,7 +68,7 @@ def load_study(keys: list[RunKey], corpus: str, root: str | Path = ".") -> dict[
     runs, logs, gates = [], [], []
     for key in keys:
         d = run_path(key, corpus, root)
-        runs.append(run_row(key, read_metrics(d / "metrics.json")))
+        runs.append(run_row(key, RunRecord.read(d / RECORD_FILE)))
         if key.is_ngram:
             continue
         log = read_log(d / "log.csv")

@@ -21,7 +21,7 @@ from html import escape
 
 import pandas as pd
 
-from ..errors import atomic_write
+from ..fileio import atomic_write
 from . import effects, names
 from .tables import fit_tex, html_page, latex_escape
 

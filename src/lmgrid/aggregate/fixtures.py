@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import atomic_write, write_json
+from ..fileio import atomic_write, write_json
+from ..run_record import RECORD_FILE, RunRecord
 from ..runkey import RunKey, all_runs
-from .layout import GATED_ARCHS
+from ..gate_facts import GATED_ARCHS
 
 GATES = {"lstm": "ifog", "gru": "zr"}
 BASE_PPL = {"addk": 160.0, "katz": 120.0, "kn": 105.0, "mkn": 100.0, "ffnn": 95.0, "rnn": 92.0, "lstm": 85.0,
@@ -69,7 +70,7 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
     m.update({"cpu_s": 20.0 + key.n_step, "max_rss_mib": 400.0 + key.layers})
     with atomic_write(run_dir / ("model.arpa" if key.is_ngram else "model.ckpt"), "wb") as fh:
         fh.write(f"fake model of {key.name}\n".encode())
-    write_json(run_dir / "metrics.json", m)
+    RunRecord.from_dict(m, run_dir / RECORD_FILE).write(run_dir / RECORD_FILE)
 
 
 def write_data(root: Path, corpus: str, keys: list[RunKey]) -> None:

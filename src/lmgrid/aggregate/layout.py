@@ -8,10 +8,10 @@ a plot is made when the grid varies along its axis.
 from __future__ import annotations
 
 from ..errors import LmgridError
+from ..gate_facts import GATED_ARCHS
 from . import names
 from ..runkey import RunKey, expand_study
 
-GATED_ARCHS = ("lstm", "gru")
 STUDIES_DIR = "results/{corpus}/studies"
 EMBEDDINGS_DIR = "results/{corpus}/embeddings"  # `lmgrid embeddings` (lmgrid.embed.pipeline)
 EMBEDDING_VECTORS = "embeddings/vectors"  # a cell's word vectors: RunKey.beside(corpus, EMBEDDING_VECTORS)
@@ -19,9 +19,15 @@ TABLE_EXTS = ("csv", "md", "tex", "html")  # html: the view in the Snakemake rep
 FIGURE_EXTS = ("pdf", "png")
 
 
+def model_id(arch: str, impl: str) -> str:
+    """The architecture and implementation, e.g. 'lstm/cell'; the default implementation is left out.  Takes the two
+    strings, not a RunKey, so that tables holding only those columns (lmgrid.summary) name models the same way."""
+    return arch if impl in ("torch", "ngram") else f"{arch}/{impl}"
+
+
 def model_label(key: RunKey) -> str:
-    """The architecture and implementation, e.g. 'lstm/cell'; the default implementation is left out."""
-    return key.arch if key.impl in ("torch", "ngram") else f"{key.arch}/{key.impl}"
+    """A run's model id (model_id), the key of the display names (aggregate.names)."""
+    return model_id(key.arch, key.impl)
 
 
 def gated_models(keys: list[RunKey]) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..errors import atomic_write  # noqa: E402
+from ..fileio import atomic_write  # noqa: E402
 from . import names  # noqa: E402
 
 NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": (0, (7, 2))}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..errors import atomic_write
+from ..fileio import atomic_write
 from . import names
 
 GROUP = ["model", "arch", "impl", "n_step", "layers", "regime"]

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..fileio import read_json
+from ..run_record import RECORD_FILE, RunRecord
 from ..runkey import RunKey, all_runs, expand_study
 from . import artifact_store
 from .collect import read_benchmark, read_gates, read_log
@@ -120,7 +122,9 @@ def _flatten(prefix: str, value, out: dict) -> None:
 
 def cell_payload(key: RunKey, run_dir: Path) -> dict:
     """Params, tags, final metrics and metric histories of one run folder (no MLflow calls)."""
-    m = read_json(run_dir / "metrics.json")
+    # The run's fields by name, without the file format's version: a cell trained before the field existed and one
+    # trained after it log the same params and metrics.
+    m = RunRecord.read(run_dir / RECORD_FILE).results()
     params = {k: str(getattr(key, k)) for k in ("arch", "impl", "n_step", "layers", "regime", "seed")}
     extras = {k: v for k, v in m.items() if k not in KEY_FIELDS and k not in FINAL_KEYS and k not in TAG_KEYS}
     # Top-level numbers (train_tokens, best_epoch, ...) are results; settings (hparams, the n-gram order) are params.
@@ -195,11 +199,11 @@ def _log_all(client, run_id: str, params: dict, tags: dict, final: dict, history
                      tags=[RunTag(k, v) for k, v in tags.items()])
 
 
-def run_times_ms(run_dir: Path, metrics: dict) -> tuple[int, int]:
+def run_times_ms(run_dir: Path, record: RunRecord) -> tuple[int, int]:
     """When the run's work began and ended: metrics.json's start_unix_s / end_unix_s; for results written before
     those existed, the file's modification time and wall_s."""
-    end = metrics.get("end_unix_s") or (run_dir / "metrics.json").stat().st_mtime
-    start = metrics.get("start_unix_s") or end - float(metrics.get("wall_s") or 0.0)
+    end = record.get("end_unix_s") or (run_dir / RECORD_FILE).stat().st_mtime
+    start = record.get("start_unix_s") or end - float(record.get("wall_s") or 0.0)
     return int(start * 1000), int(end * 1000)
 
 
@@ -361,13 +365,14 @@ class Syncer:
                   embed: tuple[dict[str, float], list[Path]] = ({}, [])) -> str:
         """`tag` is the run folder relative to the repository (results/<corpus>/runs/...); `bench` the job's
         Snakemake benchmark file; `embed` its word-vector scores and vector files (embedding_payload)."""
-        files = [run_dir / f for f in ("metrics.json", "log.csv", "gates.csv")]
+        files = [run_dir / f for f in (RECORD_FILE, "log.csv", "gates.csv")]
         if not files[0].is_file():
             raise LmgridError(f"{files[0]}: file not found (run the training first)")
+        # The files' bytes, as they are on disk: a cell is re-mirrored only when its folder changed (retrained).
         digest = _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else "")
                       + json.dumps(embed[0], sort_keys=True))
         tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
-        start_ms, end_ms = run_times_ms(run_dir, read_json(files[0]))
+        start_ms, end_ms = run_times_ms(run_dir, RunRecord.read(files[0]))
         run, fresh = self._start(tag, digest, key.name, tags, start_ms)
         if not fresh:
             return run.info.run_id
@@ -485,7 +490,7 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
         cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
                                          root / key.beside(corpus, "benchmarks/runs", ".tsv"),
                                          embedding_payload(root, corpus, key))
-        test_ppl[key] = read_json(run_dir / "metrics.json")["test"]["ppl"]
+        test_ppl[key] = RunRecord.read(run_dir / RECORD_FILE).test.ppl
     study_ids = {}
     for name, study in studies.items():
         study_dir = root / STUDIES_DIR.format(corpus=corpus) / name

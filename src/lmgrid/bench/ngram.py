@@ -18,7 +18,6 @@ the same files when both are on the PATH.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -29,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..run_record import RECORD_FILE, RunRecord
 
 KENLM = ("lmplz", "query")
 SHARED_PTB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ptb"
@@ -89,7 +89,7 @@ def ppl_table(ptb: Path) -> int:
 def _scaled(ptb: Path, k: int, folder: Path) -> tuple[Path, Path]:
     """K x PTB train (copy c >= 1 with every word suffixed _c) and its vocabulary, written into `folder`."""
     from ..corpus import load_split
-    from ..errors import write_json
+    from ..fileio import write_json
     from ..ppl import UNK
     from ..vocab import SPECIALS, Vocab, build
 
@@ -114,7 +114,7 @@ def _job(t: Path, train, vocab, split: dict, a) -> tuple[dict, dict]:
               "--out", f"{t}/counts.npz", *mem])
     e = _run(["ngram", "--counts", f"{t}/counts.npz", "--vocab", str(vocab), "--valid", split["valid"],
               "--test", split["test"], "--arch", a.arch, "--order", str(a.order), "--arpa", f"{t}/model.arpa",
-              "--metrics", f"{t}/metrics.json", "--write-arpa", a.write_arpa, *mem])
+              "--metrics", f"{t}/{RECORD_FILE}", "--write-arpa", a.write_arpa, *mem])
     return c, e
 
 
@@ -148,13 +148,13 @@ def scale_table(ptb: Path, split: dict, a) -> int:
             load = os.getloadavg()[0]
             for _ in range(a.repeat or 1):
                 c, e = _job(t, train, vocab, split, a)
-                m = json.loads((t / "metrics.json").read_text())
+                m = RunRecord.read(t / RECORD_FILE)
                 ken = _kenlm(t, train, split, a)
                 ken_wall, ken_rss = (f"{ken['wall_s']:.1f}", f"{ken['rss_mib']:.0f}") if ken else ("n/a", "n/a")
-                print(f"| {k} x | {_train_tokens(t / 'counts.npz')} | {m['params']:,} | "
+                print(f"| {k} x | {_train_tokens(t / 'counts.npz')} | {m.params:,} | "
                       f"{'written' if m.get('arpa_written') else 'off'} | {c['wall_s']:.1f} / {c['rss_mib']:.0f} | "
                       f"{e['wall_s']:.1f} / {e['rss_mib']:.0f} | {c['wall_s'] + e['wall_s']:.1f} | "
-                      f"{max(c['rss_mib'], e['rss_mib']):.0f} | {m['test']['ppl']:.2f} | "
+                      f"{max(c['rss_mib'], e['rss_mib']):.0f} | {m.test.ppl:.2f} | "
                       f"{ken_wall} | {ken_rss} | {load:.2f} |", flush=True)
     return 0
 
@@ -213,12 +213,12 @@ def main(argv: list[str]) -> int:
             jobs.append(job)
             print(f"{r + 1:>6} | {c['wall_s']:>10.2f} {c['cpu_s']:>6.2f} {c['rss_mib']:>8.0f} | {e['wall_s']:>24.2f} "
                   f"{e['cpu_s']:>6.2f} {e['rss_mib']:>8.0f} | {job['wall_s']:>10.2f} {job['rss_mib']:>8.0f}")
-        m = json.loads((t / "metrics.json").read_text())
+        m = RunRecord.read(t / RECORD_FILE)
         arpa_mib = (t / "model.arpa").stat().st_size / 2**20
     walls = sorted(j["wall_s"] for j in jobs)
-    print(f"in-process phases of the last `ngram` run (s): {m['timing']}")
-    print(f"{a.arch} order {a.order}: {m['params']} n-grams, ARPA {arpa_mib:.0f} MiB, "
-          f"valid PPL {m['valid']['ppl']:.2f}, test PPL {m['test']['ppl']:.2f}")
+    print(f"in-process phases of the last `ngram` run (s): {m.get('timing')}")
+    print(f"{a.arch} order {a.order}: {m.params} n-grams, ARPA {arpa_mib:.0f} MiB, "
+          f"valid PPL {m.valid.ppl:.2f}, test PPL {m.test.ppl:.2f}")
     print(f"whole job (count + estimate + ARPA + score valid/test): best {walls[0]:.2f} s, "
           f"median {walls[len(walls) // 2]:.2f} s wall; peak RSS {max(j['rss_mib'] for j in jobs):.0f} MiB "
           f"(target: < 6 s, < 1024 MiB)")

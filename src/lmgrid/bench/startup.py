@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from lmgrid.errors import LmgridError
+from lmgrid.run_record import RECORD_FILE, RunRecord
 
 
 def _first_step_s(results: Path, socket_path: str | None, workdir: Path) -> float:
@@ -49,15 +50,15 @@ def job_overheads(results: Path) -> list[tuple[str, float]]:
     out = []
     for tsv in sorted((results / "benchmarks" / "runs").rglob("*.tsv")):
         rel = tsv.relative_to(results / "benchmarks" / "runs").with_suffix("")
-        metrics = results / "runs" / rel / "metrics.json"
+        metrics = results / "runs" / rel / RECORD_FILE
         if not metrics.is_file():
             continue
-        m = json.loads(metrics.read_text())
-        if "epochs" not in m:  # n-gram runs
+        record = RunRecord.read(metrics)
+        if record.is_ngram:  # no training process to compare with
             continue
         with tsv.open() as fh:
             job_s = float(next(csv.DictReader(fh, delimiter="\t"))["s"])
-        out.append((str(rel), job_s - m["wall_s"]))
+        out.append((str(rel), job_s - record.get("wall_s")))
     return out
 
 

@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from lmgrid.corpus import SPLITS
 from lmgrid.neural.precision import native_cpu_bf16
+from lmgrid.run_record import RECORD_FILE, RunRecord
 
-SPLITS = ("train", "valid", "test")
 
 
 def at_least_one(text: str) -> int:
@@ -131,7 +132,7 @@ def main(argv: list[str]) -> int:
                 else:
                     run = work / f"lmgrid-{pair}-{prec}"
                     wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work)
-                    tps = json.loads((run / "run" / "metrics.json").read_text())["train_tokens_per_s"]
+                    tps = RunRecord.read(run / "run" / RECORD_FILE).get("train_tokens_per_s")
                     shutil.rmtree(run)
                 rows.setdefault(name, []).append((wall, tps, rss))
                 print(f"pair {pair + 1}: {name:18s} wall {wall:6.1f} s, train {tps:7.0f} tokens/s, "

@@ -16,22 +16,24 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lmgrid.errors import LmgridError, read_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import read_json
+from lmgrid.run_record import RECORD_FILE, RunRecord
 from lmgrid.vocab import Vocab
 
 METHODS = ("cache", "dynamic", "dynamic+cache")
 SETTINGS_FILE = "adapt.json"  # beside a mode's score files: what it chose on valid (write_scores writes it)
 
 
-def run_threads(metrics: dict) -> int:
+def run_threads(record: RunRecord) -> int:
     """The torch threads a neural run was evaluated with: metrics.json's device 'cpu (N threads)' (0: unknown)."""
-    m = re.search(r"\((\d+) threads\)", str(metrics.get("device", "")))
+    m = re.search(r"\((\d+) threads\)", str(record.get("device", "")))
     return int(m.group(1)) if m else 0
 
 
-def check_stream_cell(run_dir: Path, mode: str, metrics: dict) -> None:
-    if metrics.get("regime") != "stream" or not (run_dir / "model.ckpt").is_file():
-        what = (f"a {metrics.get('regime', '?')}-regime {metrics.get('arch', '?')} cell"
+def check_stream_cell(run_dir: Path, mode: str, record: RunRecord) -> None:
+    if record.regime != "stream" or not (run_dir / "model.ckpt").is_file():
+        what = (f"a {record.regime}-regime {record.arch} cell"
                 if (run_dir / "model.ckpt").is_file() else "not a neural cell (no model.ckpt)")
         raise LmgridError(f"{run_dir}: mode {mode} needs a stream-regime cell (rnn, lstm, gru or transformer), "
                           f"this is {what}")
@@ -48,9 +50,9 @@ def adapt_cell(run_dir: Path, paths: dict, vocab: Vocab, method: str, grid: dict
     from lmgrid.neural.model_io import load_run
 
 
-    metrics = read_json(run_dir / "metrics.json")
-    check_stream_cell(run_dir, method, metrics)
-    threads = run_threads(metrics)
+    record = RunRecord.read(run_dir / RECORD_FILE)
+    check_stream_cell(run_dir, method, record)
+    threads = run_threads(record)
     if threads:
         torch.set_num_threads(threads)
     keep_freed_blocks()  # dynamic evaluation frees and reallocates the same gradients every segment

@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from lmgrid.corpus import load_split
-from lmgrid.errors import LmgridError, read_json, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import write_json
+from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.ppl import EOS
+from lmgrid.run_record import RECORD_FILE, RunRecord
 from lmgrid.vocab import Vocab
 
 from . import scorefile
@@ -45,17 +48,17 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     from lmgrid.neural.precision import autocast, full_fp32
     from lmgrid.ppl import BOS
 
-    metrics = read_json(run_dir / "metrics.json")
-    hp, regime = metrics.get("hparams"), metrics["regime"]
+    record = RunRecord.read(run_dir / RECORD_FILE)
+    hp, regime = record.get("hparams"), record.regime
     if not hp:
-        raise LmgridError(f"{run_dir / 'metrics.json'}: no hparams (a run older than its evaluation settings)")
+        raise LmgridError(f"{run_dir / RECORD_FILE}: no hparams (a run older than its evaluation settings)")
     lm = load_run(run_dir)
-    threads = run_threads(metrics)
+    threads = run_threads(record)
     if threads:
         torch.set_num_threads(threads)
-    cuda = str(metrics.get("device", "")).startswith("cuda") and torch.cuda.is_available()
+    cuda = str(record.get("device", "")).startswith("cuda") and torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    data = LMData(paths, vocab, regime, n_step=max(int(metrics["n_step"]), 2), eval_batch_size=hp["eval_batch_size"],
+    data = LMData(paths, vocab, regime, n_step=max(record.n_step, 2), eval_batch_size=hp["eval_batch_size"],
                   stream_eval_batch_size=hp["stream_eval_batch_size"], bptt=hp["bptt"])
     data.setup()
     model = lm.model.to(device)
@@ -63,12 +66,12 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     with full_fp32():
         for split in paths:
             gate_stats = (gates_mod.GateStats(regime, vocab.index[BOS])
-                          if split == "test" and metrics["arch"] in gates_mod.GATED_ARCHS else None)
+                          if split == "test" and record.arch in GATED_ARCHS else None)
             collected: list = []
             with autocast(lm.precision, device.type):
                 evaluate(model, data.dataloader(split, device=device), regime, device, gate_stats, collected)
             nll, ys = corpus_order(collected, regime)
-            out[split] = (-nll.double().numpy(), metrics[split]["ppl"], ys.numpy())
+            out[split] = (-nll.double().numpy(), record.score(split).ppl, ys.numpy())
     return out
 
 
@@ -76,12 +79,12 @@ def ngram_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     """The n-gram's own scoring (lmgrid.ngram.model.stream_logprobs) of its model.arpa."""
     from lmgrid.ngram.model import load_run
 
-    metrics = read_json(run_dir / "metrics.json")
+    record = RunRecord.read(run_dir / RECORD_FILE)
     model = load_run(run_dir)
     out = {}
     for split, path in paths.items():
         per = model.sentence_logprobs(load_split(path))
-        out[split] = (np.array([v for s in per for v in s], dtype=np.float64), metrics[split]["ppl"])
+        out[split] = (np.array([v for s in per for v in s], dtype=np.float64), record.score(split).ppl)
     return out
 
 

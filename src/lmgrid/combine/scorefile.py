@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lmgrid.errors import LmgridError, atomic_write, read_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import atomic_write, read_json
+from lmgrid.run_record import EVAL_SPLITS
 from lmgrid.runkey import beside_runs
 
-SPLITS = ("valid", "test")
 PPL_RTOL = 1e-6  # exp(-mean log-prob) of a file against the PPL it claims (and the run's metrics.json)
 SCORE_DIR = beside_runs("scores") + "/{mode}"  # results/{corpus}/scores/{arch}/{impl}/n.._l.._.._s../{mode}
 
@@ -65,8 +66,8 @@ def check_ppl(ppl: float, expected: float, what: str) -> None:
 def write(folder: str | Path, split: str, logprob, target_ids, ppl: float, run_dir: str, mode: str) -> Scores:
     """Check and write one split: the log-probs must reproduce `ppl` (the run's) to PPL_RTOL; nothing is written
     otherwise.  Returns what was written."""
-    if split not in SPLITS:
-        raise LmgridError(f"split: {split!r} is not one of {', '.join(SPLITS)}")
+    if split not in EVAL_SPLITS:  # a cell's score files are of the splits its run record scores
+        raise LmgridError(f"split: {split!r} is not one of {', '.join(EVAL_SPLITS)}")
     lp = np.asarray(logprob, dtype=np.float32).reshape(-1)
     ids = np.asarray(target_ids).reshape(-1)
     if lp.size != ids.size or lp.size == 0:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmgrid.errors import atomic_write, write_json
+from lmgrid.fileio import atomic_write, write_json
 
 from .adapted import describe
 from .mixture import Mixture
@@ -82,7 +82,7 @@ SUMMARY_CAPTION = ("Combinations: linear interpolation of cells' per-token proba
 def summary(result_paths: list[str], csv_out: str, md_out: str, html_out: str) -> pd.DataFrame:
     """Every combination in one table: its components with their weights, valid and test PPL, the best component."""
     from lmgrid.aggregate.tables import html_page
-    from lmgrid.errors import read_json
+    from lmgrid.fileio import read_json
 
     rows = []
     for p in result_paths:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import LmgridError, atomic_write
+from ..errors import LmgridError
+from ..fileio import atomic_write
 
 
 def cmd_embed(a) -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import LmgridError, read_json
+from ..errors import LmgridError
+from ..run_record import RECORD_FILE, RunRecord
 from ..runkey import NGRAM_ARCHS
 from ..vocab import SPECIALS
 
@@ -37,7 +38,8 @@ def load_neural(run_dir):
     if not run_dir.is_dir():
         raise LmgridError(f"{run_dir}: run folder not found")
     if not (run_dir / "model.ckpt").is_file():
-        arch = read_json(run_dir / "metrics.json").get("arch") if (run_dir / "metrics.json").is_file() else None
+        record = run_dir / RECORD_FILE
+        arch = RunRecord.read(record).arch if record.is_file() else None
         if (run_dir / "model.arpa").exists() or arch in NGRAM_ARCHS:
             raise LmgridError(f"{run_dir}: an n-gram run has no embeddings (pass a neural run: ffnn, rnn, lstm, gru "
                               "or transformer)")

@@ -20,7 +20,9 @@ import pandas as pd
 from ..aggregate.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, embedding_plan, model_label
 from ..aggregate.names import display
 from ..corpus import load_split
-from ..errors import LmgridError, atomic_write, read_json
+from ..errors import LmgridError
+from ..fileio import atomic_write
+from ..run_record import RECORD_FILE, RunRecord
 from ..runkey import RunKey, all_runs, expand_study
 from ..vocab import SPECIALS, Vocab
 from . import evaluate, export, ppmi, study
@@ -102,7 +104,7 @@ def study_outputs(corpus, name, spec, table, neighbours, maps, words, root) -> l
     dims = set(mine["dim"])
     rows = pd.concat([mine, table[(table["run"] == "") & table["dim"].isin(dims)]])
     near = neighbours[neighbours["model"].isin(set(rows["model"]))]
-    valid = {k: read_json(Path(root) / k.run_dir(corpus) / "metrics.json")["valid"]["ppl"] for k in keys}
+    valid = {k: RunRecord.read(Path(root) / k.run_dir(corpus) / RECORD_FILE).valid.ppl for k in keys}
     best = min(keys, key=lambda k: (valid[k], k))
     out = Path(root) / STUDIES_DIR.format(corpus=corpus) / name
     written = study.write_table(rows, out / "embeddings")

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from ..aggregate.plots import COLUMN_IN, PAPER_STYLE, figure, save  # noqa: E402
 from ..aggregate.tables import html_page  # noqa: E402
-from ..errors import atomic_write  # noqa: E402
+from ..fileio import atomic_write  # noqa: E402
 from .evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map

@@ -28,14 +28,13 @@ import io
 
 import torch
 
-from lmgrid.errors import atomic_write
+from lmgrid.fileio import atomic_write
 from lmgrid.gate_facts import saturation_bounds
 
 from .data import IGNORE
 
 COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated",
            "count"]
-GATED_ARCHS = ("lstm", "gru")
 
 
 # Gates that multiply the previous state, and so have no effect at the first step from a zero state.

@@ -32,11 +32,14 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from lmgrid.errors import LmgridError, atomic_write, write_json
+from lmgrid.errors import LmgridError
+from lmgrid.fileio import atomic_write
+from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.models import IMPLS
 from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.resources import own_usage
+from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
 from lmgrid.vocab import Vocab
 
@@ -257,14 +260,14 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
     device = torch.device("cuda" if cuda else "cpu")
     model = module.model.to(device)
-    metrics = {"name": key.name, **run_info}
+    scores = {}
     rows = epoch_log.rows
     # Valid was scored after every epoch with the batches, precision and weights (best.ckpt is that epoch's) that
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
     best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
     eval_s, eval_tokens = 0.0, 0
     # The gate statistics of a gated run are gathered by the forward pass that scores test (gates.GateStats).
-    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in gates_mod.GATED_ARCHS else None
+    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in GATED_ARCHS else None
     for split in ("valid", "test"):
         if split == "valid" and best_row is not None and "valid_tokens" in best_row:
             n = int(best_row["valid_tokens"])
@@ -281,9 +284,9 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
             ppl = perplexity(nll, n)
         except ValueError as e:
             raise LmgridError(f"{split} perplexity of {key.name}: {e}; lower the learning rate") from None
-        metrics[split] = {"ppl": ppl, "nll_nats": nll, "tokens": n, "oov_tokens": data.oov_tokens(split)}
-    metrics.update({
-        "params": params,
+        scores[split] = SplitScore(ppl=ppl, nll_nats=nll, tokens=n, oov_tokens=data.oov_tokens(split))
+    # The neural fields of the run record (lmgrid.run_record), in the order the file has always had them.
+    extra = {
         "train_tokens_per_s": epoch_log.tokens_per_s,
         # Scoring test (and valid when no epoch scored it; forward only, eval batches; for lstm and gru with the
         # gate statistics gathered in the same pass): its speed, and the share of scored positions that are padding
@@ -308,20 +311,21 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
         "hparams": hp,
-    })
+    }
 
     run_dir = Path(run_dir)
     if gate_stats is not None:
         gates_mod.write(run_dir / "gates.csv", gate_stats.rows())
     save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp, precision)
     epoch_log.write(run_dir / "log.csv")
-    metrics["wall_s"] = round(time.time() - t0, 3)
+    extra["wall_s"] = round(time.time() - t0, 3)
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
-    metrics["start_unix_s"], metrics["end_unix_s"] = round(t0, 3), round(time.time(), 3)
+    extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(time.time(), 3)
     # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
     # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
-    metrics.update(own_usage())
-    write_json(run_dir / "metrics.json", metrics)
+    extra.update(own_usage())
+    record = RunRecord(name=key.name, **run_info, **scores, params=params, extra=extra)
+    metrics = record.write(run_dir / RECORD_FILE)
     print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "
           f"{metrics['train_tokens_per_s']:.0f} train tokens/s, {metrics['wall_s']:.1f} s", flush=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError, atomic_write
+from ..errors import LmgridError
+from ..fileio import atomic_write
 from ..ppl import BOS, EOS, PAD, UNK
 from .estimate import Backoff
 from .store import Appender

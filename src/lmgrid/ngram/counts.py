@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError, atomic_write
+from ..errors import LmgridError
+from ..fileio import atomic_write
 from ..ppl import BOS, EOS, PAD
 from ..vocab import Vocab
 

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError, atomic_write, write_json
+from ..errors import LmgridError
+from ..fileio import atomic_write
 from ..ppl import BOS, PAD, counted_tokens, perplexity
 from ..resources import own_usage
+from ..run_record import EVAL_SPLITS, RunRecord, SplitScore
 from ..runkey import normalise
 from ..vocab import Vocab
 from . import arpa
@@ -236,12 +238,12 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
                 fh.write(f"{ARPA_NOT_WRITTEN} (ngram.write_arpa: {write_arpa}; {sum(sizes)} n-grams)\n")
         lap("arpa_after_score_s")
     key = normalise(arch, "ngram", order, 1, "window", 0)
-    metrics = {"name": key.name, "arch": key.arch, "impl": key.impl, "n_step": key.n_step, "layers": key.layers,
-               "regime": key.regime, "seed": key.seed, **scores,
-               "params": sum(sizes), "order": order, "method": arch, "settings": settings,
-               "ngrams_per_order": sizes, "arpa_written": arpa_on,
+    record = RunRecord(
+        name=key.name, arch=key.arch, impl=key.impl, n_step=key.n_step, layers=key.layers, regime=key.regime,
+        seed=key.seed, **{split: SplitScore(**scores[split]) for split in EVAL_SPLITS}, params=sum(sizes),
+        # The n-gram fields of the run record (lmgrid.run_record), in the order the file has always had them.
+        extra={"order": order, "method": arch, "settings": settings, "ngrams_per_order": sizes, "arpa_written": arpa_on,
                "timing": timing, "wall_s": round(sum(timing.values()), 3),
                "start_unix_s": round(start_unix_s, 3), "end_unix_s": round(time.time(), 3),
-               **own_usage()}  # this process's CPU seconds and peak RSS, as a training job records its own
-    write_json(metrics_path, metrics)
-    return metrics
+               **own_usage()})  # this process's CPU seconds and peak RSS, as a training job records its own
+    return record.write(metrics_path)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError, atomic_write
+from ..errors import LmgridError
+from ..fileio import atomic_write
 
 MIB = 1 << 20
 
