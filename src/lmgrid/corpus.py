@@ -17,9 +17,8 @@ import random
 from pathlib import Path
 
 from .errors import LmgridError
-from .fileio import atomic_write, write_json
+from .fileio import atomic_write, sha256_of, write_json
 from .ppl import BOS, EOS, PAD, UNK
-from .rawdata import sha256_of
 
 SPLITS = ("train", "valid", "test")  # the one list of split names (raw data, workflow, benchmarks import it)
 REPLACED_LITERALS = frozenset({BOS, EOS, PAD})

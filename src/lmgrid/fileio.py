@@ -7,6 +7,7 @@ the Snakefile imports modules that use it while building the DAG.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -54,3 +55,16 @@ def read_json(path: str | os.PathLike):
         raise LmgridError(f"{path}: file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LmgridError(f"{path}: not valid JSON ({e})") from None
+
+
+def sha256_of(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise LmgridError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise LmgridError(f"{path}: is a directory, expected a file") from None
+    return digest.hexdigest()

@@ -10,7 +10,6 @@ imports: the Snakefile calls this while building the DAG.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from .corpus import SPLITS
 from .errors import LmgridError
-from .fileio import atomic_write
+from .fileio import atomic_write, sha256_of
 
 PTB_DIR_ENV = "LMGRID_PTB_DIR"
 PTB_NAMES = {split: f"ptb.{split}.txt" for split in SPLITS}
@@ -54,19 +53,6 @@ def download_urls(download: dict) -> dict[str, str]:
         base = download["base_url"].rstrip("/")
         return {s: download.get(s, f"{base}/{PTB_NAMES[s]}") for s in SPLITS}
     return {s: download[s] for s in SPLITS}
-
-
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    except FileNotFoundError:
-        raise LmgridError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise LmgridError(f"{path}: is a directory, expected a file") from None
-    return digest.hexdigest()
 
 
 def verify(path: str | Path, want: str, name: str | None = None) -> None:
