@@ -94,8 +94,9 @@ def test_a_cell_trained_on_the_cpu_is_not_done_on_a_gpu(finished, repo):
 def test_an_input_copied_anew_with_the_same_bytes_reruns_nothing(finished, repo):
     """A corpus copied or mounted anew (new mtime, same bytes: ../shared is mounted afresh each session) must not
     rerun the corpus stage and, after it, every finished run: Snakemake compares the recorded input checksums first.
-    Kills: profiles/default without max-checksum-file-size (Snakemake's default records checksums only under 1 MB;
-    the negative control passes a 1-byte limit and sees the whole grid planned again)."""
+    Kills a rerun decided by file times alone (the negative control passes a 1-byte checksum limit and sees the whole
+    grid planned again).  The tiny corpus is under Snakemake's 1 MB default, so a profile without
+    max-checksum-file-size passes here (seen: the mutation re-run for issue 42); the next test kills that one."""
     import os
     import time
 
