@@ -82,9 +82,11 @@ test-full: $(TSTAMP)
 report-check: $(TSTAMP) browser
 	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
 
-## Chromium for the report's browser check, from the Debian packages when missing (as root)
+## Chromium for the report's browser check, from the Debian packages when missing (as root; the package lists
+## are fetched first where a fresh machine has none)
 browser:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } \
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && { apt-get install -y -q chromium >/dev/null 2>&1 \
+		|| { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 		|| echo "browser: no chromium and not root: apt-get install chromium"
 
 ## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
