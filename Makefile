@@ -64,18 +64,20 @@ status: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET") $(if $(filter-out all,$(CORES)),--cores $(CORES))
 
+# $(call timed_pytest,WHAT,ARGS): pytest ARGS, then one line with WHAT's wall time and pytest's exit status
+timed_pytest = @start=$$(date +%s); $(PY) -m pytest $(2); rc=$$?; \
+	echo "$(1) took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+
 ## the fast tier: unit and component tests that start no Snakemake, read no Penn Treebank and start no server
 ## (tests/tiers.py; at most 10 minutes on a 2-core AVX2-only CPU). Ends with its wall time.
 test: $(TSTAMP)
-	@start=$$(date +%s); $(PY) -m pytest -m "not full"; rc=$$?; \
-		echo "make test: the fast tier took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+	$(call timed_pytest,make test: the fast tier,-m "not full")
 
 ## every test: the fast tier, the workflow on the shared tiny grid, the PTB presets on their CI cut (they run when
 ## LMGRID_PTB_DIR points at the Penn Treebank), the MLflow server, the report in a browser where Chromium is
 ## installed (make browser). Ends with its wall time.
 test-full: $(TSTAMP)
-	@start=$$(date +%s); $(PY) -m pytest; rc=$$?; \
-		echo "make test-full: every test took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+	$(call timed_pytest,make test-full: every test,)
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
 ## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)

@@ -60,11 +60,13 @@ def new_store(mlflow_template):
 
 
 @pytest.fixture(scope="session")
-def tiny_pipeline(tmp_path_factory, repo, mlflow_template) -> Path:
+def tiny_pipeline(tmp_path_factory, repo, new_store) -> Path:
     """The shared finished tiny grid (tests/tinygrid.py: GRID), built once a session by a full Snakemake run: its
-    work folder, with the run's terminal output in terminal.txt.  Read it; change only a copy (tinygrid.copy_grid)."""
+    work folder, with the run's terminal output in terminal.txt.  Read it; change only a copy (tinygrid.copy_grid).
+    Its MLflow store (results/mlflow.db, where the workflow's sync looks) starts as a copy of the migrated one."""
     from tinygrid import GRID, build
 
     workdir = tmp_path_factory.mktemp("pipeline")
-    build(workdir, repo, GRID, mlflow_template)
+    new_store(workdir / "results" / "mlflow.db")
+    build(workdir, repo, GRID)
     return workdir

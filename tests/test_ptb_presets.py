@@ -24,7 +24,7 @@ from lmgrid.reference import COLUMNS, NOT_RUN, published_setting
 from lmgrid.runkey import NEURAL_ARCHS, all_runs
 from lmgrid.scales import scales_of
 
-from test_workflow import planned_jobs, snakemake
+from tinygrid import planned_jobs, snakemake
 
 PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
 # Run end to end (smoke-sized) in CI: every preset but course_report_full, which runs there as course_report's scale

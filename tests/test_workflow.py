@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-# The shared grid and its helpers (tests/tinygrid.py); other test files import them from here as well.
-from tinygrid import GRID, TINY, copy_config, planned_jobs, snakemake, write_config  # noqa: F401
+# The shared grid and its helpers (tests/tinygrid.py)
+from tinygrid import GRID, TINY, planned_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.full  # every test here runs Snakemake (tests/tiers.py)
 

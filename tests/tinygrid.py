@@ -9,7 +9,6 @@ which changes no file.
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -43,11 +42,10 @@ GRID = {
 COMBINED = "results/tiny/combine/{}/result.json"
 
 
-def snakemake(workdir: Path, repo: Path, *args: str, timeout: float = 600, env: dict | None = None
-              ) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(workdir),
            "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
@@ -63,17 +61,8 @@ def write_config(workdir: Path, cfg: dict) -> None:
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def seed_mlflow_store(workdir: Path, template: Path) -> None:
-    """A migrated empty MLflow store where the workflow's sync expects one: MLflow's migrations (5-20 s) run once a
-    session (conftest.py's mlflow_template), not once a pipeline."""
-    (workdir / "results").mkdir(parents=True, exist_ok=True)
-    shutil.copy(template, workdir / "results" / "mlflow.db")
-
-
-def build(workdir: Path, repo: Path, cfg: dict, template: Path | None) -> subprocess.CompletedProcess:
+def build(workdir: Path, repo: Path, cfg: dict) -> subprocess.CompletedProcess:
     write_config(workdir, cfg)
-    if template is not None:
-        seed_mlflow_store(workdir, template)
     r = snakemake(workdir, repo)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     (workdir / "terminal.txt").write_text(r.stdout + r.stderr)  # what the run showed in the terminal
@@ -84,7 +73,3 @@ def copy_grid(grid: Path, to: Path) -> Path:
     """A copy of a finished grid that a test may change: Snakemake's records come along, so nothing reruns."""
     shutil.copytree(grid, to, symlinks=True)
     return to
-
-
-def copy_config(cfg: dict) -> dict:
-    return json.loads(json.dumps(cfg))
