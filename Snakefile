@@ -39,6 +39,7 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
+    write_specs()  # every neural cell's run spec, before any job reads one
     start_warm_server()
 
 

@@ -15,7 +15,8 @@ from lmgrid.adapt import cache, dynamic, tune
 from lmgrid.adapt.cache import cache_distribution, cache_logprobs, cache_target_probs
 from lmgrid.adapt.dynamic import dynamic_logprobs
 from lmgrid.adapt.stream import full_log_probs, perplexity_of, stream_states
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.data import StreamChunks, sentence_rows, stream_tokens
 from lmgrid.neural.module import evaluate
 
@@ -38,7 +39,7 @@ def tiny(name: str, seed: int = 0, **extra):
     torch.manual_seed(seed)
     cfg = dict(vocab_size=V, emb_dim=16, hidden_dim=16)
     cfg.update(CONFIGS[name], **extra)
-    return build_model(ModelConfig(**cfg)).eval()
+    return build_model(model_config_defaults(**cfg)).eval()
 
 
 def sentences(n: int, seed: int) -> list[list[int]]:
@@ -278,7 +279,7 @@ def _run_folder(tmp_path, regime: str = "stream"):
     vocab = Vocab([*SPECIALS, *words], {w: 1 for w in words})
     model_config = dict(arch="lstm", vocab_size=V, emb_dim=16, hidden_dim=16)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**model_config))
+    model = build_model(model_config_defaults(**model_config))
     run = tmp_path / "run"
     run.mkdir()
     save_model(run / "model.ckpt", model, model_config, vocab, {"regime": regime, "n_step": 0},

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from lmgrid import cli
 from lmgrid.embed import evaluate, export, ppmi
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.train import save_model
 from lmgrid.vocab import Vocab
 
@@ -26,7 +27,7 @@ def make_run(tmp_path, arch="lstm", regime="stream", tie=False, layers=1, n_step
     cfg = {"arch": arch, "vocab_size": len(vocab), "layers": layers, "emb_dim": 8, "hidden_dim": 8,
            "tie_weights": tie, "n_step": n_step if regime == "window" else 2,
            "max_len": n_step - 1 if regime == "window" else 20, "context_len": 0 if regime == "window" else 10}
-    model = build_model(ModelConfig(**cfg))
+    model = build_model(model_config_defaults(**cfg))
     run_dir = tmp_path / f"{arch}_{regime}_{'tied' if tie else 'untied'}"
     run_dir.mkdir()
     save_model(run_dir / "model.ckpt", model, cfg, vocab,
@@ -96,7 +97,7 @@ def test_untied_adaptive_output_vectors_are_the_words_logit_directions(tmp_path,
     from lmgrid.models.adaptive import AdaptiveHead
 
     torch.manual_seed(0)
-    cfg = ModelConfig(arch="lstm", vocab_size=16, layers=1, emb_dim=8, hidden_dim=8, n_step=2, max_len=20,
+    cfg = model_config_defaults(arch="lstm", vocab_size=16, layers=1, emb_dim=8, hidden_dim=8, n_step=2, max_len=20,
                       context_len=10, output_layer="adaptive", cutoffs=[6, 11])
     head = build_model(cfg).head
     assert isinstance(head, AdaptiveHead) and head.word_vectors().shape == (16, 8)

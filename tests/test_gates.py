@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from lmgrid.gate_facts import saturation_bounds
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural import gates
 from lmgrid.neural.data import IGNORE, sentence_rows, window_examples
 
@@ -13,7 +14,7 @@ BOS, EOS, PAD, V = 2, 3, 0, 20
 
 def lstm(n_step=9, layers=1, hidden=8):
     torch.manual_seed(0)
-    return build_model(ModelConfig(arch="lstm", vocab_size=V, n_step=n_step, layers=layers, emb_dim=6,
+    return build_model(model_config_defaults(arch="lstm", vocab_size=V, n_step=n_step, layers=layers, emb_dim=6,
                                    hidden_dim=hidden)).eval()
 
 

@@ -11,6 +11,7 @@ import torch
 from lmgrid import cli
 from lmgrid.errors import LmgridError
 from lmgrid.neural import train as train_mod
+from lmgrid.run.spec import RunSpec
 from lmgrid.neural.precision import fp32_settings
 from lmgrid.runkey import normalise
 
@@ -65,9 +66,10 @@ def test_a_placement_the_run_cannot_keep_is_one_line(tmp_path, monkeypatch, plac
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     corpus = tiny_corpus(tmp_path)
     with pytest.raises(LmgridError, match=match):
-        train_mod.run(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, paths=corpus["paths"],
-                      vocab_path=corpus["vocab_path"], run_dir=str(tmp_path / "run"), ckpt_dir=str(tmp_path / "ckpt"),
-                      hp={"epochs": 1, **hp}, placement=placement)
+        train_mod.run(RunSpec.build(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1,
+                                    corpus="c", train={"epochs": 1, **hp}, paths=corpus["paths"],
+                                    vocab=corpus["vocab_path"], run_dir=str(tmp_path / "run"),
+                                    ckpt_dir=str(tmp_path / "ckpt"), placement=train_mod.parse_placement(placement)))
     assert not (tmp_path / "run").exists() and not (tmp_path / "ckpt").exists()
 
 
@@ -99,7 +101,7 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path, 
     assert "its checkpoint belongs to another config or corpus" in out and "from scratch" in out, out
 
     real_fingerprint = train_mod._fingerprint
-    monkeypatch.setattr(train_mod, "_fingerprint", lambda run, hp, paths, placement: real_fingerprint(run, hp, paths, {}))
+    monkeypatch.setattr(train_mod, "_fingerprint", lambda spec, placement: real_fingerprint(spec, {}))
     assert "resuming from" in interrupted_then_elsewhere(tmp_path / "mutant")
 
 
@@ -110,13 +112,13 @@ def test_float32_is_ieee_during_the_run_and_metrics_json_says_so(tmp_path, monke
     nullcontext, the run sees cudnn.rnn "tf32")."""
     corpus = tiny_corpus(tmp_path)
     seen = []
-    real_run = train_mod._run
+    real_build = train_mod.build
 
-    def spy(**kwargs):
+    def spy(*args, **kwargs):  # the run's first step, inside run's full_fp32
         seen.append(fp32_settings("cuda"))
-        return real_run(**kwargs)
+        return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "_run", spy)
+    monkeypatch.setattr(train_mod, "build", spy)
     rnn, matmul = torch.backends.cudnn.rnn, torch.backends.cuda.matmul
     before = rnn.fp32_precision, matmul.fp32_precision
     rnn.fp32_precision = matmul.fp32_precision = "tf32"

@@ -263,14 +263,21 @@ def _check_live_training_logs(uri: str, tmp_path: Path) -> None:
     """mlflow.live: a training job logs each epoch through Lightning's MLFlowLogger to the http server."""
     from test_neural_support import tiny_corpus
 
-    from lmgrid.aggregate.layout import LIVE_ENV, live_logger_kwargs
+    from lmgrid.aggregate.layout import live_logger_kwargs
+    from lmgrid.run.spec import RunSpec
 
     c = tiny_corpus(tmp_path / "live")
     run_dir = tmp_path / "live" / "run"
-    env = {**os.environ, LIVE_ENV: json.dumps(live_logger_kwargs({"tracking_uri": uri, "live": True}, "c"))}
-    cmd = [sys.executable, "-m", "lmgrid", "train", "--arch", "lstm", "--n-step", "3", "--train", c["paths"]["train"],
-           "--valid", c["paths"]["valid"], "--test", c["paths"]["test"], "--vocab", c["vocab_path"],
-           "--run-dir", str(run_dir), "--ckpt-dir", str(tmp_path / "live" / "ckpt"), "--fast"]
+    # The logger's settings reach the job in its run spec (live_mlflow), as the workflow writes it.
+    spec = RunSpec.build(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, corpus="c",
+                         train={"epochs": 1, "max_train_tokens": 2000, "emb_dim": 16, "hidden_dim": 16,
+                                "log_every": 0},
+                         paths=c["paths"], vocab=c["vocab_path"], run_dir=str(run_dir),
+                         ckpt_dir=str(tmp_path / "live" / "ckpt"),
+                         live_mlflow=live_logger_kwargs({"tracking_uri": uri, "live": True}, "c"))
+    spec.write(tmp_path / "live" / "spec.json")
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "lmgrid", "train", "--spec", str(tmp_path / "live" / "spec.json")]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     client = MlflowClient(tracking_uri=uri)

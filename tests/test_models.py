@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmgrid.errors import LmgridError
-from lmgrid.models import IMPLS, ModelConfig, build_model
+from lmgrid.models import IMPLS, build_model
+from lmgrid.run.spec import model_config_defaults
 
 V, EMB, HID, LAYERS, B, T = 37, 16, 24, 3, 4, 9
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -20,7 +21,7 @@ ALL = [(arch, impl) for arch, impls in IMPLS.items() for impl in impls]
 def make(arch, impl="torch", seed=0, **kw):
     torch.manual_seed(seed)
     kw = {"vocab_size": V, "emb_dim": EMB, "hidden_dim": HID, "layers": LAYERS, **kw}
-    return build_model(ModelConfig(arch=arch, impl=impl, **kw))
+    return build_model(model_config_defaults(arch=arch, impl=impl, **kw))
 
 
 def tokens(seed, t=T, b=B, v=V):
@@ -314,18 +315,18 @@ def test_dropout_only_in_training():
 def test_bad_config_is_a_one_line_error(changes, key):
     values = {"arch": "lstm", "vocab_size": V, **changes}
     with pytest.raises(LmgridError) as err:
-        build_model(ModelConfig(**values))
+        build_model(model_config_defaults(**values))
     message = str(err.value)
     assert message.startswith(key + ":") and "\n" not in message
     assert repr(changes[key.split(".")[1]]) in message  # names the offending value
 
 
 def test_from_dict_rejects_unknown_and_missing_keys():
-    assert ModelConfig.from_dict({"arch": "gru", "vocab_size": 10, "impl": "cell"}).impl == "cell"
+    assert model_config_defaults(**{"arch": "gru", "vocab_size": 10, "impl": "cell"}).impl == "cell"
     with pytest.raises(LmgridError, match=r"^model\.hiden_dim: unknown key"):
-        ModelConfig.from_dict({"arch": "gru", "vocab_size": 10, "hiden_dim": 3})
+        model_config_defaults(**{"arch": "gru", "vocab_size": 10, "hiden_dim": 3})
     with pytest.raises(LmgridError, match=r"^model\.vocab_size: required"):
-        ModelConfig.from_dict({"arch": "gru"})
+        model_config_defaults(**{"arch": "gru"})
 
 
 def test_transformer_rejects_inputs_longer_than_max_len():

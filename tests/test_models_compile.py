@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 
 V = 29
 
@@ -17,7 +18,7 @@ def test_compiled_cell_equals_eager(arch, impl):
     models = []
     for compiled in (False, True):
         torch.manual_seed(0)
-        models.append(build_model(ModelConfig(arch=arch, impl=impl, vocab_size=V, emb_dim=8, hidden_dim=12,
+        models.append(build_model(model_config_defaults(arch=arch, impl=impl, vocab_size=V, emb_dim=8, hidden_dim=12,
                                               layers=2, compile=compiled)))
     eager, comp = models
     g = torch.Generator().manual_seed(1)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from lmgrid.errors import LmgridError
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.data import IGNORE, StreamChunks, batchify, stream_tokens, window_examples
 from lmgrid.neural.module import batch_nll, evaluate
 from lmgrid.ppl import BOS, EOS, PAD, counted_tokens, targets
@@ -67,7 +68,7 @@ def test_stream_counts_every_target_once(vocab, rows):
 def test_stream_nll_never_counts_padding(vocab, arch):
     """The loss over a padded stream equals the loss over exactly the counted targets."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(arch, len(vocab), emb_dim=8, hidden_dim=8, heads=2, max_len=64)).eval()
+    model = build_model(model_config_defaults(arch=arch, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, heads=2, max_len=64)).eval()
     ids = [vocab.encode(s) for s in SENTS]
     stream = stream_tokens(ids, vocab.index[EOS])
     x, y = batchify(stream, 1, vocab.index[PAD])
@@ -86,7 +87,7 @@ def test_stream_nll_never_counts_padding(vocab, arch):
 def test_stream_state_carried_across_chunks(vocab):
     """Evaluating chunk by chunk with the carried state equals one pass over the whole stream."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig("lstm", len(vocab), emb_dim=8, hidden_dim=8)).eval()
+    model = build_model(model_config_defaults(arch="lstm", vocab_size=len(vocab), emb_dim=8, hidden_dim=8)).eval()
     stream = stream_tokens([vocab.encode(s) for s in SENTS], vocab.index[EOS])
     x, y = batchify(stream, 1, vocab.index[PAD])
     whole, n_whole = evaluate(model, [(x, y)], "stream", "cpu")

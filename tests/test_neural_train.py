@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 import json
 import math
 
@@ -15,18 +16,25 @@ from lmgrid.neural.callbacks import LOG_COLUMNS
 from lmgrid.neural.gates import COLUMNS as GATE_COLUMNS
 from lmgrid.ppl import counted_tokens
 from lmgrid.corpus import load_split
+from lmgrid.run.spec import RunSpec
 from lmgrid.runkey import normalise
 
 from test_neural_support import TINY, BigramSource, killed_at_epoch, tiny_corpus, write_corpus
 
 
-def train(corpus, tmp_path, arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, **hp):
+def spec_of(corpus, tmp_path, arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1,
+            placement=None, **hp) -> RunSpec:
+    """The RunSpec of a tiny run by hand, as `lmgrid train --arch ...` builds one."""
     key = normalise(arch, impl, n_step, layers, regime, seed)
-    run_dir = tmp_path / key.run_dir("c")
-    metrics = train_mod.run(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed,
-                            paths=corpus["paths"], vocab_path=corpus["vocab_path"], run_dir=str(run_dir),
-                            ckpt_dir=str(tmp_path / "ckpt" / key.run_dir("c")), hp={**TINY, **hp}, threads=1)
-    return metrics, run_dir
+    return RunSpec.build(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed, corpus="c",
+                         train={**TINY, **hp}, paths=corpus["paths"], vocab=corpus["vocab_path"],
+                         run_dir=str(tmp_path / key.run_dir("c")), ckpt_dir=str(tmp_path / "ckpt" / key.run_dir("c")),
+                         placement=placement)
+
+
+def train(corpus, tmp_path, arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, **hp):
+    spec = spec_of(corpus, tmp_path, arch, impl, n_step, layers, regime, seed, **hp)
+    return train_mod.run(spec, threads=1), Path(spec.run_dir)
 
 
 def test_window_model_at_n_step_2_reaches_bigram_source_ppl(tmp_path):

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from lmgrid import cli, lm
 from lmgrid.corpus import load_split
 from lmgrid.errors import LmgridError
-from lmgrid.models import ModelConfig, adaptive, build_model
+from lmgrid.models import adaptive, build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.models.adaptive import AdaptiveHead, adaptive_cutoffs
 from lmgrid.neural.data import IGNORE, LMData
 from lmgrid.neural.module import batch_nll, evaluate
@@ -33,7 +34,7 @@ def make(arch, tie=False, seed=0, **kw):
     torch.manual_seed(seed)
     kw = {"vocab_size": V, "emb_dim": 12, "hidden_dim": 16, "layers": 2, "n_step": 4, "max_len": 16,
           "output_layer": "adaptive", "cutoffs": CUTOFFS, "tie_weights": tie, **kw}
-    return build_model(ModelConfig(arch=arch, **kw))
+    return build_model(model_config_defaults(arch=arch, **kw))
 
 
 def tokens(seed, b=5, t=7):
@@ -275,25 +276,43 @@ def test_bad_adaptive_config_is_a_one_line_error(changes, key):
 
 def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_path, monkeypatch):
     """`output_layer: full` (the default) fingerprints a run as its settings did before output_layer existed, so an
-    interrupted run still resumes; `adaptive` fingerprints differently.  Negative control, run here: kills "the
-    neutral default fingerprinted like any setting" (x-neutral-default ignored)."""
-    from lmgrid.neural import train as train_mod
-    from lmgrid.neural.hparams import resolve_hparams
+    interrupted run still resumes; `adaptive` fingerprints differently.  The fingerprint of before is computed here
+    from its formula (sha256 of the JSON of run, computing settings and placement, then each input file by name), so
+    a changed formula fails too.  Negative control, run here: kills "the neutral default fingerprinted like any
+    setting" (x-neutral-default ignored)."""
+    import hashlib
+    import json
 
-    (tmp_path / "vocab.json").write_text("{}")
-    paths, run = {"vocab": str(tmp_path / "vocab.json")}, {"arch": "lstm"}
+    from lmgrid.neural import train as train_mod
+    from lmgrid.run import spec as spec_mod
+    from lmgrid.run.spec import RunSpec
+
+    paths = {}
+    for name in ("train", "valid", "test", "vocab"):
+        (tmp_path / name).write_text(name)
+        paths[name] = str(tmp_path / name)
     placement = {"device": "cpu", "precision": "32-true"}
-    # init_range and weight_drop are neutral defaults too (0: what every run computed before they existed)
-    before = {k: v for k, v in resolve_hparams({}, "lstm").items()
-              if k not in ("output_layer", "init_range", "weight_drop")}
+
+    def spec(**hp):
+        return RunSpec.build(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, corpus="c",
+                             train=hp, paths={s: paths[s] for s in ("train", "valid", "test")}, vocab=paths["vocab"])
 
     def fingerprint(**hp):
-        return train_mod._fingerprint(run, resolve_hparams(hp, "lstm"), paths, placement)
+        return train_mod._fingerprint(spec(**hp), placement)
 
-    old = train_mod._fingerprint(run, before, paths, placement)
+    # init_range, weight_drop and average_from_epoch are neutral defaults too (0: what every run computed before they
+    # existed); log_every ... compile change no result
+    before = {k: v for k, v in spec().hparams.items()
+              if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "log_every", "accelerator", "devices",
+                           "compile")}
+    h = hashlib.sha256(json.dumps({"run": spec().cell, "hp": before, "placement": placement}, sort_keys=True).encode())
+    for name in sorted(paths):
+        h.update(name.encode())
+        h.update(name.encode())  # each file holds its own name
+    old = h.hexdigest()
     assert fingerprint() == fingerprint(output_layer="full") == old != fingerprint(output_layer="adaptive")
     assert fingerprint(weight_drop=0.0) == old != fingerprint(weight_drop=0.3)
-    monkeypatch.setattr(train_mod, "NEUTRAL_DEFAULTS", {})  # the mutation
+    monkeypatch.setattr(spec_mod, "NEUTRAL_DEFAULTS", {})  # the mutation
     assert fingerprint(output_layer="full") != old
 
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from lmgrid.config import apply_seeds, load_config
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.hparams import MODEL_KEYS, resolve_hparams
 from lmgrid.neural.schedule import PlateauSchedule
 from lmgrid.neural.train import schedule_settings
@@ -248,7 +249,7 @@ def test_zaremba_small_resolves_to_their_recipe(repo, monkeypatch):
     assert hp.get("output_layer", "full") == "full"
     rates, stop = zaremba_rates(hp)
     assert rates == pytest.approx([20.0] * 5 + [20.0 / 2 ** k for k in range(1, 9)]) and stop == "budget"
-    model = build_model(ModelConfig(arch="lstm", vocab_size=10_000, layers=2, **{k: hp[k] for k in MODEL_KEYS}))
+    model = build_model(model_config_defaults(arch="lstm", vocab_size=10_000, layers=2, **{k: hp[k] for k in MODEL_KEYS}))
     # embedding 10,000 x 200; per layer 4 gates x 200 x (200 + 200) weights and two biases of 4 x 200; 200 -> 10,000
     assert sum(p.numel() for p in model.parameters()) == 2_000_000 + 2 * (320_000 + 1_600) + 2_010_000
     (row,) = cfg["reference"]

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from lmgrid.errors import LmgridError
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.models import lstm as lstm_mod
 
 V, EMB, HID, B, T, P = 29, 12, 16, 3, 7, 0.5
@@ -21,7 +22,7 @@ ARCHS = ["rnn", "lstm", "gru"]
 def make(arch, layers=2, residual=False, weight_drop=P, seed=0):
     """No `dropout` (its default 0), so weight_drop is the only randomness in a training forward."""
     torch.manual_seed(seed)
-    return build_model(ModelConfig(arch=arch, vocab_size=V, emb_dim=EMB, hidden_dim=HID, layers=layers,
+    return build_model(model_config_defaults(arch=arch, vocab_size=V, emb_dim=EMB, hidden_dim=HID, layers=layers,
                                    residual=residual, weight_drop=weight_drop))
 
 
@@ -145,10 +146,10 @@ def test_the_gradient_reaches_w_hh_through_the_kept_entries_only(arch):
 def test_bad_weight_drop_is_a_one_line_error(changes):
     """Kills: a weight_drop the model does not support passing silently, or failing in torch with a traceback
     that does not name the key and value (the negative control: weight_drop 0.25 on the same model builds)."""
-    build_model(ModelConfig(**{"arch": "rnn", "vocab_size": V, "weight_drop": 0.25}))
+    build_model(model_config_defaults(**{"arch": "rnn", "vocab_size": V, "weight_drop": 0.25}))
     values = {"arch": "rnn", "vocab_size": V, **changes}
     with pytest.raises(LmgridError) as err:
-        build_model(ModelConfig(**values))
+        build_model(model_config_defaults(**values))
     message = str(err.value)
     assert message.startswith("model.weight_drop:") and "\n" not in message
     assert repr(changes["weight_drop"]) in message

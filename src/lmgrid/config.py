@@ -9,6 +9,7 @@ of heavy imports: Snakemake calls this while building the DAG.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from .errors import LmgridError
-from .runkey import NEURAL_ARCHS, expand_study
+from .runkey import NEURAL_ARCHS, all_runs, expand_study
 from .schema import SCHEMA_PATH, load_schema, load_yaml, train_settings  # noqa: F401 - re-exported
 
 SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
@@ -382,12 +383,16 @@ def _check_ptb(corpus: dict, src, base: Path) -> None:
 def _check_model_shapes(config: dict, src) -> None:
     """What the schema cannot say about one setting alone, per architecture the studies train (train and its
     per_arch entry resolved), so that it fails here rather than inside a training job."""
-    from .neural.hparams import resolve_hparams
+    from .run.spec import RunSpec
 
-    archs = {a for study in config["studies"].values() for a in study["arch"] if a in NEURAL_ARCHS}
+    cells = {}  # one cell per architecture: its settings are every cell's of that architecture
+    for key in all_runs(config["studies"]):
+        if key.arch in NEURAL_ARCHS:
+            cells.setdefault(key.arch, key)
     train = config.get("train", {})
-    for arch in sorted(archs):
-        hp = resolve_hparams(train, arch)
+    for arch, key in sorted(cells.items()):
+        # The settings as the run's spec holds them (RunSpec.build resolves them, the one resolver).
+        hp = RunSpec.build(**dataclasses.asdict(key), corpus=config["corpus"]["name"], train=train).hparams
 
         def where(key):
             per_arch = train.get("per_arch", {}).get(arch, {})

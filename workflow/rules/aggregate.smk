@@ -2,7 +2,7 @@
 # the only writer of the tracking database). Which files a study produces comes from its grid
 # (lmgrid.aggregate.layout), so a study added to config.yaml needs no change here.
 from lmgrid.aggregate.layout import check_mlflow as _check_mlflow
-from lmgrid.aggregate.layout import export_live_settings, snakemake_outputs
+from lmgrid.aggregate.layout import snakemake_outputs
 
 try:
     _check_mlflow(config["mlflow"], source=CONFIG_SOURCES.of(["mlflow"]))
@@ -10,9 +10,6 @@ except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
 MLFLOW = config["mlflow"]
-# mlflow.live: training jobs find the live logger's settings in their environment. An environment
-# variable, not a param, so that switching live logging on or off retrains nothing.
-export_live_settings(MLFLOW, CORPUS)
 STUDIES_JSON = shlex.quote(json.dumps(config["studies"], sort_keys=True))
 
 

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -10,10 +11,10 @@ from pathlib import Path
 from lmgrid.config import workflow_config
 from lmgrid.corpus import SPLITS
 from lmgrid.errors import LmgridError
-from lmgrid.neural.cli import JOB_SETTINGS_ENV
-from lmgrid.neural.hparams import COMPUTING, NOT_COMPUTING, resolve_hparams
+from lmgrid.neural.hparams import COMPUTING
 from lmgrid.neural.placement import asks_for_gpus, plan, probe_gpu_bf16, visible_gpus
 from lmgrid.rawdata import ptb_sources
+from lmgrid.run.spec import CONTRACT_1_TRIGGERS, NO_PARAM, RunSpec, spec_path
 from lmgrid.runkey import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
@@ -97,18 +98,35 @@ def run_dirs():
 #     benchmark: "results/{corpus}/benchmarks/runs/{arch}/{impl}/n{n_step}_l{layers}_{regime}_s{seed}.tsv"
 # On SLURM the plugin turns mem_mb, runtime (minutes) and gpu into the job request; the profile leaves them to
 # these functions, which size them by train.devices and by the attempt (a retried job gets more: --retries).
-# The training settings of each neural architecture (train:, then its per_arch entry), resolved once: every job
-# and every setting param below reads them.
-HPARAMS = {arch: resolve_hparams(config["train"], arch) for arch in NEURAL_ARCHS}
-
-# Where each architecture's jobs train, and in which precision (lmgrid.neural.placement): a param of every
-# training job, so a cell trained on a CPU is not done on a GPU.  A cluster run is one whose jobs go to a remote
-# executor (Snakemake then counts --jobs as nodes, dry runs included) or the job's own Snakemake on a node.
+# Where each architecture's jobs train, and in which precision (lmgrid.neural.placement): part of every training
+# job's spec and a param of its own, so a cell trained on a CPU is not done on a GPU.  A cluster run is one whose jobs
+# go to a remote executor (Snakemake then counts --jobs as nodes, dry runs included) or the job's own Snakemake on a
+# node.
 CLUSTER = workflow.remote_exec or workflow.global_resources["_nodes"].value is not None
 GPUS_HERE = 0 if CLUSTER else visible_gpus()
 _gpu_bf16 = functools.cache(probe_gpu_bf16)  # one child process at most, and only where a GPU is visible
-PLACEMENT = {arch: plan(hp["accelerator"], hp["precision"], cluster=CLUSTER, gpus=GPUS_HERE, gpu_bf16=_gpu_bf16)
-             for arch, hp in HPARAMS.items()}
+
+
+@functools.cache
+def _cell_spec(arch, impl, n_step, layers, regime, seed):
+    from lmgrid.aggregate.layout import live_logger_kwargs
+
+    spec = RunSpec.build(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed,
+                         corpus=CORPUS, train=config["train"], live_mlflow=live_logger_kwargs(config["mlflow"], CORPUS))
+    hp = spec.hparams
+    return spec.placed(plan(hp["accelerator"], hp["precision"], cluster=CLUSTER, gpus=GPUS_HERE, gpu_bf16=_gpu_bf16))
+
+
+def cell_spec(key):
+    """The RunSpec of a neural cell (a RunKey or a job's wildcards), built once: the training settings are resolved
+    there only, and the job's spec file, its params and its resources all read them from it."""
+    return _cell_spec(key.arch, key.impl, int(key.n_step), int(key.layers), key.regime, int(key.seed))
+
+
+def neural_specs():
+    return [cell_spec(key) for key in all_runs(config["studies"]) if key.arch in NEURAL_ARCHS]
+
+
 # A local run on a machine with GPUs runs at most as many GPU jobs at once as it has GPUs (unless --resources
 # gpu=N says otherwise): jobs sharing one GPU would compete, and their tokens/s would measure each other.
 if not CLUSTER and GPUS_HERE and "gpu" not in workflow.global_resources:
@@ -117,7 +135,7 @@ if not CLUSTER and GPUS_HERE and "gpu" not in workflow.global_resources:
 
 def _devices(wildcards):
     """DDP processes of a neural run (train.devices, or its per_arch override); 0 for n-gram runs."""
-    return 0 if wildcards.arch in NGRAM_ARCHS else HPARAMS[wildcards.arch]["devices"]
+    return 0 if wildcards.arch in NGRAM_ARCHS else cell_spec(wildcards).hparams["devices"]
 
 
 def train_threads(wildcards):
@@ -139,28 +157,43 @@ def train_runtime(wildcards, attempt):
 def train_gpu(wildcards):
     if not _devices(wildcards):
         return 0
-    return asks_for_gpus(PLACEMENT[wildcards.arch][0], _devices(wildcards))
+    return asks_for_gpus(cell_spec(wildcards).placement["device"], _devices(wildcards))
 
 
 def train_placement(wildcards):
-    kind, precision = PLACEMENT[wildcards.arch]
-    return f"placement={kind} {precision}"
+    return cell_spec(wildcards).placement_param()
 
 
-# Training settings of a neural run, one param per setting that changes what it computes: "lr=0.01".
-def _setting(key):
-    return lambda w: f"{key}={json.dumps(HPARAMS[w.arch][key])}"
+# The train rule's rerun triggers: one param per training setting that changes what a run computes ("lr=0.01"),
+# read off the cell's RunSpec (RunSpec.trigger_params), so a changed setting reruns exactly the runs it affects and
+# the dry run's reason names it.  Snakemake records a finished job's params as the set of the repr() of each value
+# and reruns the job when today's set differs (snakemake.persistence: _params, params_changed); values that are not
+# of a builtin type (str, int, ...) are left out of that set, as if the param did not exist.
+# - The 32 settings of contract 1 (CONTRACT_1_TRIGGERS) are params always: every finished grid recorded them.
+# - A setting added to the schema later gets a param of its own name here (the rule's param names are fixed when
+#   the Snakefile is read, so there is one per setting the schema knows), whose value is NO_PARAM, an object
+#   Snakemake cannot represent and so neither records nor compares, while the setting is at its neutral default
+#   (`x-neutral-default`): adding a setting reruns nothing.  Set off it, the value is "key=value" and the set
+#   changes: exactly the cells whose spec says so rerun, with the setting named.
+def _trigger(key):
+    return lambda w: cell_spec(w).trigger_params().get(key, NO_PARAM)
 
 
-SETTING_PARAMS = {key: _setting(key) for key in COMPUTING}
-SETTING_ARGS = " ".join(f"--set {{params.{key}:q}}" for key in COMPUTING)
+TRIGGER_PARAMS = {key: _trigger(key) for key in CONTRACT_1_TRIGGERS + tuple(
+    k for k in COMPUTING if k not in CONTRACT_1_TRIGGERS)}
 
 
-def export_job_settings():
-    """The settings that do not change results, per arch, in the jobs' environment (read by `lmgrid train`)."""
-    os.environ[JOB_SETTINGS_ENV] = json.dumps(
-        {arch: {k: hp[k] for k in NOT_COMPUTING} for arch, hp in HPARAMS.items()},
-        sort_keys=True)
+# Where a job's spec is, in its shell command: results/<corpus>/specs/runs/<the run folder's path>.json (spec_path),
+# from the wildcards.  Neither an input (it is written when jobs start, after the DAG is built) nor a param (a new
+# param would rerun every finished cell).
+SPEC_FILE = re.sub(r"\{(\w+)\}", r"{wildcards.\1}", beside_runs("specs/runs", ".json"))
+
+
+def write_specs():
+    """onstart: every neural cell's spec file, each written only when its content changed (RunSpec.write).  Jobs
+    run only after onstart, and a dry run runs no onstart, so `snakemake -n` writes nothing."""
+    for spec in neural_specs():
+        spec.write(spec_path(spec, CORPUS))
 
 
 # Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.warm;
@@ -177,7 +210,7 @@ def start_warm_server():
     neural = [key.arch for key in all_runs(config["studies"]) if key.arch in NEURAL_ARCHS]
     if not neural:
         return
-    if any(PLACEMENT[arch][0] == "cuda" for arch in neural):
+    if any(spec.placement["device"] == "cuda" for spec in neural_specs()):
         print("lmgrid: training on a GPU: every training job starts its own process (a process that set up CUDA "
               "cannot fork one that uses it)", file=sys.stderr)
         return

@@ -1,14 +1,14 @@
 # Neural runs: one job per grid cell. In-progress checkpoints go to results/<corpus>/ckpt/..., which is no
 # output, so Snakemake keeps it when a job fails or is killed; the re-run resumes from its last.ckpt.
 #
-# Params hold one entry per setting that changes what a run computes ("lr=0.01"; SETTING_PARAMS in common.smk),
-# so a changed setting reruns exactly the runs it affects and the dry run's reason names it.  Settings that only
-# change how a run is executed or watched (log_every, accelerator, devices, compile: `x-changes-results: false` in
-# the schema) reach the job through its environment (export_job_settings), and changing them reschedules nothing.
-# Where the run trains (cpu or cuda) and in which precision is a param of its own (placement, common.smk): a cell
-# trained on a CPU is not done on a GPU.
+# Every setting of a run reaches its job in one file, the cell's RunSpec (lmgrid.run.spec; docs/contracts.md, "Run
+# spec"), written by the onstart handler (write_specs in common.smk) and read by `lmgrid train --spec`.  The params
+# are the rerun triggers only, read off the same spec: one per setting that changes what a run computes ("lr=0.01";
+# TRIGGER_PARAMS in common.smk, which says how a setting added later stays out of them at its neutral default), and
+# where the run trains and in which precision (placement): a cell trained on a CPU is not done on a GPU.  Settings
+# that only change how a run is executed or watched (log_every, accelerator, devices, compile: `x-changes-results:
+# false` in the schema; mlflow.live) are in the spec but no param, so changing them reschedules nothing.
 CKPT_DIR = beside_runs("ckpt/runs")
-export_job_settings()
 
 
 rule train:
@@ -26,7 +26,7 @@ rule train:
     params:
         run_dir=RUN_DIR,
         ckpt_dir=CKPT_DIR,
-        **SETTING_PARAMS,
+        **TRIGGER_PARAMS,
         placement=train_placement,
     threads: train_threads
     resources:
@@ -45,12 +45,9 @@ rule train:
             "{wildcards.regime} s{wildcards.seed}"
         )
     shell:
-        f"lmgrid train --arch {{wildcards.arch}} --impl {{wildcards.impl}} --n-step {{wildcards.n_step}} "
-        f"--layers {{wildcards.layers}} --regime {{wildcards.regime}} --seed {{wildcards.seed}} "
-        f"--train {{input.train}} --valid {{input.valid}} --test {{input.test}} --vocab {{input.vocab}} "
-        f"--run-dir {{params.run_dir}} --ckpt-dir {{params.ckpt_dir}} {SETTING_ARGS} --set {{params.placement:q}} --threads {{threads}} "
-        # the run's one result line (cell, valid and test PPL, epochs, wall) to the terminal as well
-        f"> {{log}} 2>&1 && tail -n 1 {{log}}"
+        # The run's one result line (cell, valid and test PPL, epochs, wall) to the terminal as well.  The command
+        # names no setting, so a setting added to the schema later leaves it, and Snakemake's code trigger, alone.
+        f"lmgrid train --spec {SPEC_FILE} --threads {{threads}} > {{log}} 2>&1 && tail -n 1 {{log}}"
 
 
 # LSTM and GRU runs also write their gate statistics.

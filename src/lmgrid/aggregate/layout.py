@@ -211,21 +211,5 @@ def live_logger_kwargs(mlflow: dict, corpus: str, key: RunKey | None = None) -> 
     return kwargs
 
 
-LIVE_ENV = "LMGRID_MLFLOW_LIVE"
-
-
-def export_live_settings(mlflow: dict, corpus: str) -> None:
-    """Hand the live logger's shared settings to the training jobs through their environment (Snakemake and
-    sbatch pass it on); read back by `lmgrid train`."""
-    import json
-    import os
-
-    kwargs = live_logger_kwargs(mlflow, corpus)
-    if kwargs:
-        os.environ[LIVE_ENV] = json.dumps(kwargs)
-    else:
-        os.environ.pop(LIVE_ENV, None)
-
-
 def live_run_tags(name: str, run_dir: str) -> dict:
     return {"run_name": name, "tags": {"lmgrid.run_key": run_dir, "lmgrid.kind": "live"}}

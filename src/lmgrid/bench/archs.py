@@ -26,7 +26,8 @@ import time
 
 import torch
 
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.neural.allocator import keep_freed_blocks
 from lmgrid.neural.module import batch_nll
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> int:
         ffnn = arch == "ffnn"
         full = None
         for output_layer in a.output_layers:
-            cfg = ModelConfig(arch=arch, impl=impl, vocab_size=a.vocab, layers=layers, n_step=5,
+            cfg = model_config_defaults(arch=arch, impl=impl, vocab_size=a.vocab, layers=layers, n_step=5,
                               emb_dim=100 if ffnn else a.width, hidden_dim=a.width, heads=4,
                               context_len=a.bptt if arch == "transformer" else 0, output_layer=output_layer,
                               cutoffs=cutoffs if output_layer == "adaptive" else [])

@@ -20,7 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lmgrid.models import ModelConfig, build_model
+from lmgrid.models import build_model
+from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.precision import full_fp32
 
 VARIANTS = ["lstm/torch", "lstm/cell", "lstm/concat", "lstm/cell+compile", "lstm/concat+compile",
@@ -36,7 +37,7 @@ class Variant:
         arch, impl = arch_impl.split("/")
         self.arch = arch
         torch.manual_seed(0)
-        cfg = ModelConfig(arch=arch, impl=impl, vocab_size=args.vocab, layers=args.layers, emb_dim=args.hidden,
+        cfg = model_config_defaults(arch=arch, impl=impl, vocab_size=args.vocab, layers=args.layers, emb_dim=args.hidden,
                           hidden_dim=args.hidden, compile=(flag == "compile"))
         self.device = torch.device(args.device)
         self.model = build_model(cfg).train().to(self.device)

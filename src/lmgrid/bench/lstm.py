@@ -62,10 +62,10 @@ def run_lightning(chunks, vocab_size: int, args) -> float:
 
 
 def run_plain(chunks, vocab_size: int, args) -> float:
-    from lmgrid.models import ModelConfig
+    from lmgrid.run.spec import model_config_defaults
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**model_config(vocab_size, args)))
+    model = build_model(model_config_defaults(**model_config(vocab_size, args)))
     model.train()
     torch.use_deterministic_algorithms(args.deterministic)  # the same kernels as the Lightning path
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)

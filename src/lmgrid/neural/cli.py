@@ -1,15 +1,13 @@
-"""`lmgrid train`: one neural grid cell, end to end (called by the `train` rule in workflow/rules/train.smk)."""
+"""`lmgrid train`: one neural grid cell, end to end (called by the `train` rule in workflow/rules/train.smk).
+
+The workflow's way is `lmgrid train --spec FILE` (lmgrid.run.spec: every setting of the run, resolved once); by hand,
+the flags build a RunSpec, and both run it through the one path, lmgrid.neural.train.run(spec)."""
 from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from lmgrid.errors import LmgridError
-
-# The workflow hands the settings that do not change what a run computes (log_every, accelerator, devices,
-# compile) to its jobs here, as {arch: {key: value}}: not in the rule's params, so changing them reruns nothing.
-JOB_SETTINGS_ENV = "LMGRID_JOB_SETTINGS"
 
 
 def _setting(text: str) -> tuple[str, object]:
@@ -27,71 +25,62 @@ def cmd_train(a) -> None:
     from .train import run
 
     keep_freed_blocks()  # before the first large tensor: see lmgrid.neural.allocator
+    run(spec_of(a), threads=a.threads)
 
+
+def spec_of(a):
+    """The run's spec: the workflow's file (--spec), or one built from the flags (a run by hand)."""
+    from lmgrid.run.spec import RunSpec
+
+    if a.spec:
+        given = [f"--{n.replace('_', '-')}" for n in HAND_FLAGS if getattr(a, n) not in (None, False)]
+        if given:
+            raise LmgridError(f"--spec: the spec file holds every setting of the run; {given[0]} cannot be added")
+        return RunSpec.read(a.spec)
+    missing = [f"--{n.replace('_', '-')}" for n in REQUIRED_BY_HAND if getattr(a, n) is None]
+    if missing:
+        raise LmgridError(f"train: {missing[0]} is required without --spec")
     try:
-        hp = json.loads(a.hparams)
+        hp = json.loads(a.hparams or "{}")
     except json.JSONDecodeError as e:
         raise LmgridError(f"--hparams: not valid JSON ({e})") from None
     if not isinstance(hp, dict):
         raise LmgridError("--hparams: expected a JSON object of training settings")
-    hp.update(_job_settings(a.arch))
     sets = dict(a.set or [])
-    placement = sets.pop("placement", None)  # where the workflow planned the run: not a training setting
+    placement = sets.pop("placement", None)  # where to train, and in which precision: not a training setting
     hp.update(sets)
     if a.fast:
         # A smoke test: one short epoch on the first 2000 train tokens, small model; evaluation stays complete.
         hp.update(epochs=1, max_train_tokens=2000, emb_dim=16, hidden_dim=16, log_every=0)
-    run(arch=a.arch, impl=a.impl, n_step=a.n_step, layers=a.layers, regime=a.regime, seed=a.seed,
-        paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab, run_dir=a.run_dir,
-        ckpt_dir=a.ckpt_dir, hp=hp, threads=a.threads, live_mlflow=_live(a), placement=placement)
+    from .train import parse_placement
+
+    return RunSpec.build(arch=a.arch, impl=a.impl or "torch", n_step=a.n_step, layers=a.layers or 1,
+                         regime=a.regime or "window", seed=a.seed if a.seed is not None else 1, corpus="",
+                         train=hp, paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab=a.vocab,
+                         run_dir=a.run_dir, ckpt_dir=a.ckpt_dir,
+                         placement=parse_placement(placement) if placement else None)
 
 
-def _job_settings(arch: str) -> dict:
-    text = os.environ.get(JOB_SETTINGS_ENV)
-    if not text:
-        return {}
-    try:
-        settings = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LmgridError(f"{JOB_SETTINGS_ENV}: not valid JSON ({e})") from None
-    if not isinstance(settings, dict) or not isinstance(settings.get(arch, {}), dict):
-        raise LmgridError(f"{JOB_SETTINGS_ENV}: expected a JSON object {{arch: {{setting: value}}}}")
-    return settings.get(arch, {})
-
-
-def _live(a) -> dict | None:
-    """MLFlowLogger arguments when the workflow turned live logging on (config mlflow.live), else None."""
-    from lmgrid.aggregate.layout import LIVE_ENV, live_run_tags
-
-    text = os.environ.get(LIVE_ENV)
-    if not text:
-        return None
-    from lmgrid.runkey import normalise
-
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LmgridError(f"LMGRID_MLFLOW_LIVE: not valid JSON ({e})") from None
-    if not isinstance(kwargs, dict) or "tracking_uri" not in kwargs:
-        raise LmgridError("LMGRID_MLFLOW_LIVE: expected a JSON object with a tracking_uri")
-    key = normalise(a.arch, a.impl, a.n_step, a.layers, a.regime, a.seed)
-    return {**kwargs, **live_run_tags(key.name, a.run_dir)}
+REQUIRED_BY_HAND = ("arch", "n_step", "train", "valid", "test", "vocab", "run_dir", "ckpt_dir")
+HAND_FLAGS = REQUIRED_BY_HAND + ("impl", "layers", "regime", "seed", "hparams", "set", "fast")
 
 
 def register(sub) -> None:
     s = sub.add_parser("train", help="train one neural model (a grid cell) and write its run folder")
-    s.add_argument("--arch", required=True, help="ffnn, rnn, lstm, gru or transformer")
-    s.add_argument("--impl", default="torch", help="implementation: torch, or for lstm cell/concat/cellonebias, for gru cell")
-    s.add_argument("--n-step", type=int, required=True, help="window size incl. the target (stream: ignored, 0)")
-    s.add_argument("--layers", type=int, default=1, help="stacked layers (default 1)")
-    s.add_argument("--regime", default="window", help="window or stream (docs/models.md, Regimes)")
-    s.add_argument("--seed", type=int, default=1, help="seed of the initial weights and batch order")
+    s.add_argument("--spec", help="the run spec file the workflow wrote (lmgrid.run.spec; docs/contracts.md), "
+                                   "which holds every setting of the run; the flags below build one by hand instead")
+    s.add_argument("--arch", help="ffnn, rnn, lstm, gru or transformer")
+    s.add_argument("--impl", help="implementation: torch (default), or for lstm cell/concat/cellonebias, for gru cell")
+    s.add_argument("--n-step", type=int, help="window size incl. the target (stream: ignored, 0)")
+    s.add_argument("--layers", type=int, help="stacked layers (default 1)")
+    s.add_argument("--regime", help="window (default) or stream (docs/models.md, Regimes)")
+    s.add_argument("--seed", type=int, help="seed of the initial weights and batch order (default 1)")
     for name, what in (("train", "the train split"), ("valid", "the valid split"), ("test", "the test split"),
                        ("vocab", "vocab.json")):
-        s.add_argument(f"--{name}", required=True, help=what)
-    s.add_argument("--run-dir", required=True, help="output folder (RunKey.run_dir)")
-    s.add_argument("--ckpt-dir", required=True, help="in-progress checkpoints; kept on failure, resumed from")
-    s.add_argument("--hparams", default="{}", help="JSON object of training settings (config.yaml `train:`)")
+        s.add_argument(f"--{name}", help=what)
+    s.add_argument("--run-dir", help="output folder (RunKey.run_dir)")
+    s.add_argument("--ckpt-dir", help="in-progress checkpoints; kept on failure, resumed from")
+    s.add_argument("--hparams", help="JSON object of training settings (config.yaml `train:`)")
     s.add_argument("--set", type=_setting, action="append", metavar="KEY=VALUE",
                    help="override one setting; placement='KIND PRECISION' (the workflow's plan, e.g. 'cuda "
                         "bf16-mixed'): train on that device kind and check the precision (auto: as it resolves)")

@@ -14,6 +14,7 @@ import torch
 
 from lmgrid.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
+from lmgrid.run.spec import model_config_values
 from lmgrid.ppl import BOS, EOS
 from lmgrid.vocab import Vocab
 
@@ -115,7 +116,9 @@ def load_run(run_dir) -> NeuralLM:
         if current.tokens != tokens:
             raise LmgridError(f"{path}: its vocabulary ({len(tokens)} entries) differs from the corpus's "
                               f"{corpus_vocab} ({len(current)} entries); retrain the run")
-    cfg = ModelConfig(**blob["model_config"])
+    # A model.ckpt written before a ModelConfig field existed lacks it: the value that field's absence computed (the
+    # schema's neutral default) fills it.
+    cfg = ModelConfig(**model_config_values(blob["model_config"]))
     model = build_model(cfg)
     model.load_state_dict(blob["state_dict"])
     run = blob["run"]

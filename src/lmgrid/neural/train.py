@@ -15,6 +15,7 @@ own even inside a SLURM job: the job is one task holding N GPUs (see docs/cluste
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -36,18 +37,17 @@ from lmgrid.errors import LmgridError
 from lmgrid.fileio import atomic_write
 from lmgrid.gate_facts import GATED_ARCHS
 from lmgrid.models import IMPLS
-from lmgrid.models.adaptive import adaptive_cutoffs
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.resources import own_usage
 from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
-from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
+from lmgrid.run.spec import RunSpec
+from lmgrid.runkey import NEURAL_ARCHS, REGIMES
 from lmgrid.vocab import Vocab
 
 from . import gates as gates_mod
 from .averaging import WeightAverage
 from .callbacks import EpochLog, Progress
 from .data import LMData
-from .hparams import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
 from .module import LMModule, evaluate
 from .precision import autocast, fp32_settings, full_fp32, resolve_precision
 
@@ -79,13 +79,14 @@ def schedule_settings(hp: dict) -> dict:
             "decay_from": hp["lr_decay_from_epoch"], "max_epochs": hp["epochs"]}
 
 
-def _fingerprint(run: dict, hp: dict, paths: dict[str, str], placement: dict) -> str:
-    """What a checkpoint must match to be resumed: the run, its computing settings (a setting at its neutral default,
-    which computes what runs did before the setting existed, left out), its input files, and where and in which
-    precision it trains (placement), so a checkpoint is never resumed on another device kind or precision."""
-    computing = {k: v for k, v in hp.items() if k not in NOT_COMPUTING
-                 and not (k in NEUTRAL_DEFAULTS and v == NEUTRAL_DEFAULTS[k])}
-    h = hashlib.sha256(json.dumps({"run": run, "hp": computing, "placement": placement}, sort_keys=True).encode())
+def _fingerprint(spec: RunSpec, placement: dict) -> str:
+    """What a checkpoint must match to be resumed: the run, its computing settings (spec.computing(): a setting at its
+    neutral default, which computes what runs did before the setting existed, left out), its input files, and where
+    and in which precision it trains (placement), so a checkpoint is never resumed on another device kind or
+    precision.  The hashed JSON is what it has always been, so in-progress checkpoints keep resuming."""
+    paths = {**spec.paths, "vocab": spec.vocab}
+    h = hashlib.sha256(json.dumps({"run": spec.cell, "hp": spec.computing(), "placement": placement},
+                                  sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
         h.update(Path(paths[name]).read_bytes())
@@ -150,74 +151,118 @@ def _device_name(device: torch.device, devices: int = 1) -> str:
     return f"cpu ({torch.get_num_threads()} threads){times}"
 
 
-def run(**kwargs) -> dict:
-    """Train one grid cell and write its run folder; returns metrics.json's content (arguments: _run's).
+def run(spec: RunSpec, threads: int = 0) -> dict:
+    """Train one grid cell and write its run folder; returns metrics.json's content (process 0; {} elsewhere).
 
+    The one way into training: `lmgrid train --spec FILE` reads a spec, and `lmgrid train --arch ...` builds one.
     Float32 is IEEE float32 throughout, TF32 off (precision.full_fp32); the caller's settings are restored."""
     with full_fp32():
-        return _run(**kwargs)
+        t0 = time.time()
+        job = build(spec, threads)
+        trainer, ckpt = fit(job)
+        if trainer.global_rank != 0:
+            return {}  # process 0 evaluates and writes the run folder
+        result = evaluate_run(job, ckpt)
+        return write(job, result, t0)
 
 
-def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, paths: dict[str, str],
-         vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict, threads: int = 0,
-         live_mlflow: dict | None = None, placement: str | None = None) -> dict:
-    """placement ("cuda bf16-mixed", the workflow's plan of the run: lmgrid.neural.placement) overrides
-    train.accelerator with its device kind, and its precision, unless `auto`, must be what the run resolves."""
-    t0 = time.time()
-    check_run(arch, impl, n_step, layers, regime)
-    hp = resolve_hparams(hp, arch)
-    planned_kind, planned_precision = parse_placement(placement) if placement else (None, "auto")
-    cuda = use_cuda({"cuda": "gpu", "cpu": "cpu"}.get(planned_kind, hp["accelerator"]))
-    precision, precision_reason = resolve_precision(hp["precision"], cuda)
-    if planned_precision not in ("auto", precision):
-        raise LmgridError(f"precision: the workflow planned {planned_precision} for this run, but here it resolves "
-                          f"to {precision} ({precision_reason}); run the workflow again where the job runs")
-    key = normalise(arch, impl, n_step, layers, regime, seed)
+@dataclasses.dataclass
+class Job:
+    """One run set up to train: what `build` prepares and `fit`, `evaluate_run` and `write` use."""
+    spec: RunSpec
+    hp: dict
+    cuda: bool
+    precision: str
+    precision_reason: str
+    devices: int
+    main: bool
+    vocab: Vocab
+    data: LMData
+    model_config: dict
+    ckpt_dir: Path
+    resume: Path | None
+    module: LMModule
+    params: int
+    n_train: int
+    epoch_log: EpochLog | None = None
+
+
+def _placement(spec: RunSpec) -> tuple[bool, str, str]:
+    """(on a GPU, precision, why): the workflow's plan (spec.placement) overrides train.accelerator with its device
+    kind, and its precision, unless `auto`, must be what the run resolves here."""
+    planned = spec.placement or {"device": None, "precision": "auto"}
+    cuda = use_cuda({"cuda": "gpu", "cpu": "cpu"}.get(planned["device"], spec.hparams["accelerator"]))
+    precision, reason = resolve_precision(spec.hparams["precision"], cuda)
+    if planned["precision"] not in ("auto", precision):
+        raise LmgridError(f"precision: the workflow planned {planned['precision']} for this run, but here it "
+                          f"resolves to {precision} ({reason}); run the workflow again where the job runs")
+    return cuda, precision, reason
+
+
+def build(spec: RunSpec, threads: int = 0) -> Job:
+    """Data, model, placement and precision, and the checkpoint to resume from (its fingerprint checked)."""
+    check_run(spec.arch, spec.impl, spec.n_step, spec.layers, spec.regime)
+    hp = spec.hparams
+    cuda, precision, precision_reason = _placement(spec)
     devices, main = hp["devices"], rank_zero_only.rank == 0  # the rank Lightning's launcher gave this process
     if threads > 0:
         torch.set_num_threads(max(1, threads // devices))  # the job's CPUs, shared by its processes
-    vocab = Vocab.load(vocab_path)
-    data = LMData(paths, vocab, regime, n_step=max(n_step, 2), batch_size=hp["batch_size"],
+    vocab = Vocab.load(spec.vocab)
+    data = LMData(dict(spec.paths), vocab, spec.regime, n_step=max(spec.n_step, 2), batch_size=hp["batch_size"],
                   stream_batch_size=hp["stream_batch_size"], eval_batch_size=hp["eval_batch_size"],
                   stream_eval_batch_size=hp["stream_eval_batch_size"], bptt=hp["bptt"],
-                  max_train_tokens=hp["max_train_tokens"], seed=seed)
+                  max_train_tokens=hp["max_train_tokens"], seed=spec.seed)
     data.setup()
-    model_config = {"arch": arch, "vocab_size": len(vocab), "impl": impl, "layers": layers,
-                    "n_step": n_step if regime == "window" else 2,
-                    # The transformer's learned positions cover the longest input it is trained on: a window, or
-                    # in the stream regime a chunk read after the previous one (models/transformer.py).
-                    "max_len": n_step - 1 if regime == "window" else 2 * hp["bptt"],
-                    "context_len": 0 if regime == "window" else hp["bptt"],
-                    **{k: hp[k] for k in MODEL_KEYS}}
-    if hp["output_layer"] == "adaptive":  # its clusters, cut from the train counts (lmgrid.models.adaptive)
-        model_config["cutoffs"] = adaptive_cutoffs([vocab.counts.get(t, 0) for t in vocab.tokens])
-    run_info = {"arch": arch, "impl": impl, "n_step": key.n_step, "layers": layers, "regime": regime, "seed": seed}
-    ckpt_dir = Path(ckpt_dir)
-    fingerprint = _fingerprint(run_info, hp, {**paths, "vocab": vocab_path},
-                               {"device": "cuda" if cuda else "cpu", "precision": precision})
+    model_config = spec.model_config(vocab)
+    ckpt_dir = Path(spec.ckpt_dir)
+    fingerprint = _fingerprint(spec, {"device": "cuda" if cuda else "cpu", "precision": precision})
     resume = _prepare_ckpt_dir(ckpt_dir, fingerprint) if main else _resume_path(ckpt_dir, fingerprint)
-
     if cuda and devices > torch.cuda.device_count():
         raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
-    pl.seed_everything(seed, workers=True, verbose=False)
-    module = LMModule(model_config, regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
-                      weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=seed, finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
-    params = sum(p.numel() for p in module.model.parameters())
-    n_train = data.counted_tokens("train")
-    start = f"resuming from {resume}" if resume else "from scratch"
+    pl.seed_everything(spec.seed, workers=True, verbose=False)
+    module = LMModule(model_config, spec.regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
+                      weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=spec.seed,
+                      finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
+    job = Job(spec, hp, cuda, precision, precision_reason, devices, main, vocab, data, model_config, ckpt_dir,
+              resume, module, params=sum(p.numel() for p in module.model.parameters()),
+              n_train=data.counted_tokens("train"))
     if main:
-        print(f"{key.name}: {params} parameters, {n_train} train tokens per epoch, regime {regime}, "
-              f"on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, {precision} "
-              f"({precision_reason}), {_output_layer_name(model_config)}, {start}", flush=True)
+        start = f"resuming from {resume}" if resume else "from scratch"
+        print(f"{spec.key.name}: {job.params} parameters, {job.n_train} train tokens per epoch, regime "
+              f"{spec.regime}, on {'cuda' if cuda else 'cpu'}{f' x {devices} (DDP)' if devices > 1 else ''}, "
+              f"{precision} ({precision_reason}), {_output_layer_name(model_config)}, {start}", flush=True)
+    return job
 
-    epoch_log = EpochLog(ckpt_dir / "log.csv", n_train)
-    ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
+
+def _trainer(job: Job, callbacks: list) -> pl.Trainer:
+    hp, live = job.hp, job.spec.live_mlflow
+    strategy = "auto" if job.devices == 1 else DDPStrategy(
+        process_group_backend="nccl" if job.cuda else "gloo", cluster_environment=LightningEnvironment())
+    return pl.Trainer(
+        max_epochs=hp["epochs"], accelerator="gpu" if job.cuda else "cpu", devices=job.devices, strategy=strategy,
+        precision=job.precision,
+        deterministic=(True if not job.cuda else "warn") if hp["deterministic"] else False,
+        gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks,
+        # log.csv stays the source of truth; live MLflow logging is an optional mirror (mlflow.live), always
+        # with an explicit tracking URI (MLFlowLogger would otherwise use the retired ./mlruns store).
+        logger=MLFlowLogger(**live) if live and job.main else False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices), split across DDP processes by
+        # data.shard, not by a DistributedSampler (which pads by repeating examples).
+        use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
+        default_root_dir=str(job.ckpt_dir))
+
+
+def fit(job: Job) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """Train (resuming where build found a checkpoint), with the process's determinism state restored after."""
+    job.epoch_log = EpochLog(job.ckpt_dir / "log.csv", job.n_train)
+    ckpt = ModelCheckpoint(dirpath=job.ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
-    progress = Progress(hp["log_every"], ckpt_dir / "progress.json" if main else None)  # read by `lmgrid status`
-    callbacks = [epoch_log, progress, ckpt]
-    if hp["average_from_epoch"] > 0:  # validate and keep the mean of the weights from that epoch on (averaging.py)
-        callbacks.insert(0, WeightAverage(hp["average_from_epoch"]))
+    progress = Progress(job.hp["log_every"], job.ckpt_dir / "progress.json" if job.main else None)  # lmgrid status
+    callbacks = [job.epoch_log, progress, ckpt]
+    if job.hp["average_from_epoch"] > 0:  # validate and keep the mean of the weights from that epoch on
+        callbacks.insert(0, WeightAverage(job.hp["average_from_epoch"]))
     # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
     # metrics.json and in the final line.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -225,21 +270,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         # sync_dist: the logged valid_loss is summed over the processes by the module itself.
         warnings.filterwarnings("ignore", message=".*(does not have many workers|Checkpoint directory|srun|LeafSpec"
                                                   "|sync_dist).*")
-        strategy = "auto" if devices == 1 else DDPStrategy(
-            process_group_backend="nccl" if cuda else "gloo", cluster_environment=LightningEnvironment())
-        trainer = pl.Trainer(
-            max_epochs=hp["epochs"], accelerator="gpu" if cuda else "cpu", devices=devices, strategy=strategy,
-            precision=precision,
-            deterministic=(True if not cuda else "warn") if hp["deterministic"] else False,
-            gradient_clip_val=hp["clip"] or None, gradient_clip_algorithm="norm", callbacks=callbacks,
-            # log.csv stays the source of truth; live MLflow logging is an optional mirror (mlflow.live), always
-            # with an explicit tracking URI (MLFlowLogger would otherwise use the retired ./mlruns store).
-            logger=MLFlowLogger(**live_mlflow) if live_mlflow and main else False,
-            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-            # A fresh, epoch-seeded shuffle each epoch (see data.BatchIndices), split across DDP processes by
-            # data.shard, not by a DistributedSampler (which pads by repeating examples).
-            use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
-            default_root_dir=str(ckpt_dir))
+        trainer = _trainer(job, callbacks)
         was_deterministic = torch.are_deterministic_algorithms_enabled()
         was_filling = torch.utils.deterministic.fill_uninitialized_memory
         # Deterministic mode also fills every new tensor with NaN, by default, so that a read of uninitialised
@@ -248,54 +279,72 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         # this switch for programs that read no uninitialised memory.
         torch.utils.deterministic.fill_uninitialized_memory = FILL_UNINITIALIZED_MEMORY
         try:
-            trainer.fit(module, datamodule=data, ckpt_path=str(resume) if resume else None)
+            trainer.fit(job.module, datamodule=job.data, ckpt_path=str(job.resume) if job.resume else None)
         finally:  # Lightning switches deterministic algorithms on process-wide; leave the caller as it was
             torch.use_deterministic_algorithms(was_deterministic)
             torch.utils.deterministic.fill_uninitialized_memory = was_filling
-    if trainer.global_rank != 0:
-        return {}  # process 0 evaluates and writes the run folder
+    return trainer, ckpt
 
-    # Evaluate the epoch with the best valid PPL (the last one when early stopping is off and PPL keeps falling).
-    best = ckpt.best_model_path or str(ckpt_dir / "last.ckpt")
-    module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
-    device = torch.device("cuda" if cuda else "cpu")
-    model = module.model.to(device)
-    scores = {}
-    rows = epoch_log.rows
+
+@dataclasses.dataclass
+class Evaluation:
+    """What evaluate_run scored: the split scores, the best epoch's log row, the gate statistics, scoring speed."""
+    model: torch.nn.Module
+    device: torch.device
+    scores: dict
+    best_row: dict | None
+    gate_stats: object
+    eval_s: float
+    eval_tokens: int
+
+
+def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
+    """The epoch with the best valid PPL (the last one when PPL keeps falling): its valid score from the epoch log,
+    test scored here (for lstm and gru in the forward pass that gathers the gate statistics)."""
+    spec, data = job.spec, job.data
+    best = ckpt.best_model_path or str(job.ckpt_dir / "last.ckpt")
+    job.module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
+    device = torch.device("cuda" if job.cuda else "cpu")
+    model = job.module.model.to(device)
+    rows = job.epoch_log.rows
     # Valid was scored after every epoch with the batches, precision and weights (best.ckpt is that epoch's) that
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
     best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
-    eval_s, eval_tokens = 0.0, 0
-    # The gate statistics of a gated run are gathered by the forward pass that scores test (gates.GateStats).
-    gate_stats = gates_mod.GateStats(regime, vocab.index[BOS]) if arch in GATED_ARCHS else None
+    gate_stats = gates_mod.GateStats(spec.regime, job.vocab.index[BOS]) if spec.arch in GATED_ARCHS else None
+    ev = Evaluation(model, device, {}, best_row, gate_stats, 0.0, 0)
     for split in ("valid", "test"):
         if split == "valid" and best_row is not None and "valid_tokens" in best_row:
             n = int(best_row["valid_tokens"])
             nll = best_row["valid_loss"] * n
         else:
             t_eval = time.time()
-            with autocast(precision, device.type):
-                nll, n = evaluate(model, data.dataloader(split, device=device), regime, device,
+            with autocast(job.precision, device.type):
+                nll, n = evaluate(model, data.dataloader(split, device=device), spec.regime, device,
                                   gate_stats if split == "test" else None)
-            eval_s, eval_tokens = eval_s + time.time() - t_eval, eval_tokens + n
+            ev.eval_s, ev.eval_tokens = ev.eval_s + time.time() - t_eval, ev.eval_tokens + n
         if n != data.counted_tokens(split):
             raise AssertionError(f"{split}: evaluated {n} targets, expected {data.counted_tokens(split)}")
         try:
             ppl = perplexity(nll, n)
         except ValueError as e:
-            raise LmgridError(f"{split} perplexity of {key.name}: {e}; lower the learning rate") from None
-        scores[split] = SplitScore(ppl=ppl, nll_nats=nll, tokens=n, oov_tokens=data.oov_tokens(split))
-    # The neural fields of the run record (lmgrid.run_record), in the order the file has always had them.
-    extra = {
-        "train_tokens_per_s": epoch_log.tokens_per_s,
+            raise LmgridError(f"{split} perplexity of {spec.key.name}: {e}; lower the learning rate") from None
+        ev.scores[split] = SplitScore(ppl=ppl, nll_nats=nll, tokens=n, oov_tokens=data.oov_tokens(split))
+    return ev
+
+
+def _record_extra(job: Job, ev: Evaluation) -> dict:
+    """The neural fields of the run record (lmgrid.run_record), in the order the file has always had them."""
+    rows, module = job.epoch_log.rows, job.module
+    return {
+        "train_tokens_per_s": job.epoch_log.tokens_per_s,
         # Scoring test (and valid when no epoch scored it; forward only, eval batches; for lstm and gru with the
         # gate statistics gathered in the same pass): its speed, and the share of scored positions that are padding
         # (the stream regime's row tails; windows have none).
-        "eval_tokens_per_s": eval_tokens / max(eval_s, 1e-9),
-        "eval_padding_fraction": data.padding_fraction(("valid", "test")),
-        "train_tokens": n_train,
+        "eval_tokens_per_s": ev.eval_tokens / max(ev.eval_s, 1e-9),
+        "eval_padding_fraction": job.data.padding_fraction(("valid", "test")),
+        "train_tokens": job.n_train,
         "epochs": len(rows),
-        "best_epoch": best_row["epoch"] if best_row else 0,
+        "best_epoch": ev.best_row["epoch"] if ev.best_row else 0,
         # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS: plateau = converged by the rule, budget =
         # the epoch cap came first), the rate each epoch trained with and the valid PPL after each epoch.
         "stopped_because": module.schedule.stopped_because or "budget",
@@ -303,35 +352,40 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         "lr_history": [r["lr"] for r in rows],
         "valid_ppl_history": [r["valid_ppl"] for r in rows],
         "wall_s": 0.0,
-        "device": _device_name(device, devices),
-        "precision": precision,
-        "precision_reason": precision_reason,
+        "device": _device_name(ev.device, job.devices),
+        "precision": job.precision,
+        "precision_reason": job.precision_reason,
         # The float32 arithmetic the run had (precision.full_fp32): "ieee", never "tf32".
-        "fp32_precision": fp32_settings(device.type),
+        "fp32_precision": fp32_settings(ev.device.type),
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
-        "hparams": hp,
+        "hparams": job.hp,
     }
 
-    run_dir = Path(run_dir)
-    if gate_stats is not None:
-        gates_mod.write(run_dir / "gates.csv", gate_stats.rows())
-    save_model(run_dir / "model.ckpt", model, model_config, vocab, run_info, hp, precision)
-    epoch_log.write(run_dir / "log.csv")
+
+def write(job: Job, ev: Evaluation, t0: float) -> dict:
+    """The run folder: gates.csv (lstm, gru), model.ckpt, log.csv and, last, metrics.json (RunRecord); then the
+    checkpoint folder goes."""
+    spec, run_dir = job.spec, Path(job.spec.run_dir)
+    extra = _record_extra(job, ev)
+    if ev.gate_stats is not None:
+        gates_mod.write(run_dir / "gates.csv", ev.gate_stats.rows())
+    save_model(run_dir / "model.ckpt", ev.model, job.model_config, job.vocab, spec.cell, job.hp, job.precision)
+    job.epoch_log.write(run_dir / "log.csv")
     extra["wall_s"] = round(time.time() - t0, 3)
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
     extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(time.time(), 3)
     # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
     # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
     extra.update(own_usage())
-    record = RunRecord(name=key.name, **run_info, **scores, params=params, extra=extra)
+    record = RunRecord(name=spec.key.name, **spec.cell, **ev.scores, params=job.params, extra=extra)
     metrics = record.write(run_dir / RECORD_FILE)
-    print(f"{key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
+    print(f"{spec.key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "
           f"({metrics['test']['tokens']} tokens), {metrics['epochs']} epochs ({metrics['stopped_because']}), "
           f"{metrics['train_tokens_per_s']:.0f} train tokens/s, {metrics['wall_s']:.1f} s", flush=True)
-    shutil.rmtree(ckpt_dir, ignore_errors=True)  # finished: nothing left to resume
+    shutil.rmtree(job.ckpt_dir, ignore_errors=True)  # finished: nothing left to resume
     with contextlib.suppress(OSError):
-        os.removedirs(ckpt_dir.parent)  # and the folders that held only it
+        os.removedirs(job.ckpt_dir.parent)  # and the folders that held only it
     return metrics
 
 
