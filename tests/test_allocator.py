@@ -71,12 +71,11 @@ def test_lmgrid_train_applies_it_before_training(monkeypatch, tmp_path):
 
     order = []
     monkeypatch.setattr(allocator, "keep_freed_blocks", lambda: order.append("allocator"))
-    monkeypatch.setattr(train, "run", lambda **kw: order.append("run"))
+    monkeypatch.setattr(train, "run", lambda spec, threads=0: order.append("run"))
     args = type("A", (), {"hparams": "{}", "arch": "lstm", "set": None, "fast": False, "impl": "torch", "n_step": 2,
                           "layers": 1, "regime": "window", "seed": 1, "train": "t", "valid": "v", "test": "s",
                           "vocab": "x", "run_dir": str(tmp_path), "ckpt_dir": str(tmp_path), "threads": 1,
-                          "mlflow_live": None})()
-    monkeypatch.setattr(cli, "_live", lambda a: None)
+                          "spec": None})()
     cli.cmd_train(args)
     assert order == ["allocator", "run"]
     assert order != ["run"]

@@ -103,8 +103,9 @@ def test_local_runs_give_gpu_jobs_the_gpus_there_are(tmp_path, repo):
     (the second: without the registered gpu resource a 2-process job asks for gpu=2 of a machine with one)."""
     assert local_gpu_problems(repo / "Snakefile", tmp_path / "real") == []
 
-    old_ask = mutant_workflow(tmp_path / "m1", repo, "return asks_for_gpus(PLACEMENT[wildcards.arch][0], _devices(wildcards))",
-                              'return _devices(wildcards) if HPARAMS[wildcards.arch]["accelerator"] in ("gpu", "cuda") else 0')
+    old_ask = mutant_workflow(tmp_path / "m1", repo, 'return asks_for_gpus(cell_spec(wildcards).placement["device"], _devices(wildcards))',
+                              'return _devices(wildcards) if cell_spec(wildcards).hparams["accelerator"] in ("gpu", "cuda") '
+                              'else 0')
     assert any("gpu=0" in p for p in local_gpu_problems(old_ask, tmp_path / "m1"))
     no_limit = mutant_workflow(tmp_path / "m2", repo, 'workflow.register_resource("gpu", GPUS_HERE)', "pass")
     assert "devices 2: gpu=2" in local_gpu_problems(no_limit, tmp_path / "m2")

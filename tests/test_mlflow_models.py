@@ -18,6 +18,7 @@ from lmgrid.aggregate.pyfunc_model import perplexity_of
 from lmgrid.aggregate.tracking import TAG_MODEL, CorpusData, Syncer, registered_name
 from lmgrid.corpus import load_split
 from lmgrid.neural import train as train_mod
+from lmgrid.run.spec import hand_spec
 from lmgrid.runkey import normalise
 
 from test_mlflow import fluent_uri
@@ -42,9 +43,9 @@ def clone(tmp_path_factory, new_store):
     """A clone's results/ with three trained cells, synced to results/mlflow.db."""
     root = tmp_path_factory.mktemp("models") / "clone"
     c = tiny_corpus(root, corpus=CORPUS)
-    train_mod.run(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, paths=c["paths"],
-                  vocab_path=c["vocab_path"], run_dir=str(root / LSTM.run_dir(CORPUS)),
-                  ckpt_dir=str(root / "ckpt"), hp=TINY, threads=1)
+    train_mod.run(hand_spec(arch="lstm", impl="torch", n_step=3, layers=1, regime="window", seed=1, paths=c["paths"],
+                            vocab_path=c["vocab_path"], run_dir=str(root / LSTM.run_dir(CORPUS)),
+                            ckpt_dir=str(root / "ckpt"), hp=TINY), threads=1)
     assert cli.main(["ngram-counts", "--train", c["paths"]["train"], "--vocab", c["vocab_path"], "--max-order", "3",
                      "--out", str(root / "counts.npz")]) == 0
     _ngram(root, c, KN)

@@ -165,3 +165,141 @@ def test_a_changed_component_reruns_only_the_combinations_that_use_it(finished, 
     r = snakemake(grid, mutant, *targets)  # the mutant's inputs differ: both combinations rerun once, nothing else
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert planned_combinations(grid, mutant, rnn_changed, *targets) == {"kn_rnn", "kn_gru"}
+
+
+# -- the run spec's rerun triggers (lmgrid.run.spec.RunSpec.trigger_params; workflow/rules/common.smk) -------------
+
+# The train rule's params of every grid finished before the run spec (common.smk's SETTING_PARAMS then): run_dir,
+# ckpt_dir, the placement and one "key=<json>" per setting of this list, in Snakemake's records as repr() strings.
+TODAYS_SETTING_PARAMS = [
+    "epochs", "batch_size", "stream_batch_size", "eval_batch_size", "stream_eval_batch_size", "bptt",
+    "max_train_tokens", "optimizer", "lr", "momentum", "weight_decay", "clip", "lr_decay", "lr_decays",
+    "plateau_patience", "plateau_min_delta", "lr_decay_from_epoch", "average_from_epoch", "min_lr", "emb_dim",
+    "hidden_dim", "dropout", "tie_weights", "weight_drop", "activation", "direct", "heads", "output_layer",
+    "init_range", "residual", "precision", "deterministic"]
+
+
+def _train_records(grid: Path):
+    """(output path, record file) of every train/train_gated output in Snakemake's metadata (persistence/file.py:
+    the path urlsafe-base64 encoded, long ones cut into folders whose names start with '@')."""
+    import base64
+    import os
+
+    meta = grid / ".snakemake" / "metadata"
+    for root, _, files in os.walk(meta):
+        for f in files:
+            parts = Path(root, f).relative_to(meta).parts
+            path = base64.urlsafe_b64decode("".join(p.lstrip("@") for p in parts)).decode()
+            if path.startswith("results/tiny/runs/") and path.split("/")[3] in ("ffnn", "rnn", "gru"):
+                yield path, Path(root, f)
+
+
+def _todays_params(path: str) -> list[str]:
+    import json
+
+    from lmgrid.neural.hparams import resolve_hparams
+    from lmgrid.runkey import beside_runs
+
+    run_dir = str(Path(path).parent)
+    arch = run_dir.split("/")[3]
+    hp = resolve_hparams(CONFIG["train"], arch)
+    ckpt_dir = run_dir.replace("results/tiny/runs/", "results/tiny/ckpt/runs/")
+    assert beside_runs("ckpt/runs").startswith("results/{corpus}/ckpt/runs/")
+    return sorted(repr(p) for p in [run_dir, ckpt_dir, "placement=cpu 32-true",
+                                    *(f"{k}={json.dumps(hp[k])}" for k in TODAYS_SETTING_PARAMS)])
+
+
+def test_a_grid_finished_with_todays_params_is_not_retrained(finished, repo, tmp_path):
+    """A grid whose training jobs recorded the params of the code before the run spec (written into a copy's
+    Snakemake records here, from this test's own frozen list) plans no training job: the spec's trigger params are
+    exactly those strings.  Kills: a contract-1 setting dropped from the triggers at its (neutral) default, a value
+    written another way, or a param added (e.g. a later setting recorded as 'None').  The negative control: the same
+    records with one setting's string missing plan every neural cell again.  Each cell's spec file, written when its
+    job started, holds what its params say."""
+    import json
+
+    from lmgrid.run.spec import RunSpec
+
+    grid = copy_grid(finished, tmp_path / "grid")
+    records = list(_train_records(grid))
+    assert len(records) >= 4 * 3, records  # 4 neural cells: metrics.json, log.csv, model.ckpt (+ gates.csv)
+    for path, record in records:
+        data = json.loads(record.read_text())
+        assert sorted(data["params"]) == _todays_params(path), path  # what this code recorded: today's
+        spec = RunSpec.read(grid / (str(Path(path).parent).replace("/runs/", "/specs/runs/", 1) + ".json"))
+        assert sorted(repr(p) for p in [spec.run_dir, spec.ckpt_dir, spec.placement_param(),
+                                        *spec.trigger_params().values()]) == _todays_params(path)
+        data["params"] = _todays_params(path)
+        record.write_text(json.dumps(data))
+    r = snakemake(grid, repo, "-n")
+    assert r.returncode == 0 and planned_jobs(r) == {}, (r.stdout + r.stderr)[-3000:]
+
+    for _, record in records:  # the negative control
+        data = json.loads(record.read_text())
+        data["params"] = [p for p in data["params"] if p != "'init_range=0.0'"]
+        record.write_text(json.dumps(data))
+    jobs = planned_jobs(snakemake(grid, repo, "-n"))
+    assert jobs.get("train") == 3 and jobs.get("train_gated") == 1, jobs
+
+
+def test_a_contract_1_setting_off_its_neutral_default_reruns_its_cells_only(finished, repo):
+    """weight_drop (x-neutral-default, and a contract-1 trigger) set for the GRU only reruns the GRU cell and names
+    the setting.  Kills: triggers read from anything but the cell's own spec (e.g. train: without per_arch)."""
+    jobs, out = planned(finished, repo, "set=train.per_arch.gru.weight_drop=0.2")
+    assert jobs.get("train_gated") == 1 and "train" not in jobs and "ngram" not in jobs, jobs
+    assert "now: 'weight_drop=0.2'" in out and "before: 'weight_drop=0.0'" in out, out[-3000:]
+
+
+def _with_new_setting(repo: Path, to: Path, mutate_spec: bool = False) -> Path:
+    """A copy of the workflow and of lmgrid whose schema has one setting more, `zoneout`, marked x-neutral-default
+    (default 0.0), as a later change would add it.  mutate_spec: the triggers ignore x-neutral-default."""
+    import shutil
+
+    to.mkdir()
+    for name in ("Snakefile", "workflow", "profiles", "src"):
+        copy = shutil.copytree if (repo / name).is_dir() else shutil.copy
+        copy(repo / name, to / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree
+                                        else {}))
+    schema = to / "workflow" / "schemas" / "config.schema.yaml"
+    text = schema.read_text()
+    anchor = next(line for line in text.splitlines(keepends=True) if line.lstrip().startswith("init_range:"))
+    indent = anchor[:len(anchor) - len(anchor.lstrip())]
+    schema.write_text(text.replace(anchor, anchor + f'{indent}zoneout: {{type: number, minimum: 0, maximum: 1, '
+                                                    f'default: 0.0, x-neutral-default: true}}\n', 1))
+    if mutate_spec:
+        spec = to / "src" / "lmgrid" / "run" / "spec.py"
+        own = "[k for k in computing if k not in CONTRACT_1_TRIGGERS]"
+        assert spec.read_text().count(own) == 1
+        spec.write_text(spec.read_text().replace(
+            own, "[k for k in self.hparams if k not in CONTRACT_1_TRIGGERS and k not in NOT_COMPUTING]"))
+    return to
+
+
+def _dry_run_with(workflow: Path, grid: Path, *config: str) -> tuple[dict[str, int], str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(workflow / "src"), "LMGRID_VERBOSE": "1"}
+    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(workflow / "Snakefile"), "-d", str(grid),
+           "--cores", "2", "-n", *VERBOSE, *(("--config", *config) if config else ())]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return planned_jobs(r), r.stdout + r.stderr
+
+
+def test_a_setting_added_to_the_schema_reruns_nothing_until_it_is_set(finished, repo, tmp_path):
+    """A new training setting with x-neutral-default, at its default, plans nothing on a finished grid (no param,
+    and the train rule's command names no setting); set for the RNN it reruns the two RNN cells only, naming it.
+    Kills: a new setting that is always a param, and a command that lists the settings (Snakemake's code trigger).
+    The negative control, run here: with the triggers ignoring x-neutral-default the same grid plans every neural
+    cell at the default."""
+    workflow = _with_new_setting(repo, tmp_path / "wf")
+    assert _dry_run_with(workflow, finished)[0] == {}
+    jobs, out = _dry_run_with(workflow, finished, "set=train.per_arch.rnn.zoneout=0.1")
+    assert jobs.get("train") == 2 and "train_gated" not in jobs and "ngram" not in jobs, jobs
+    assert "now: 'zoneout=0.1'" in out, out[-3000:]
+
+    mutant = _with_new_setting(repo, tmp_path / "mutant", mutate_spec=True)
+    jobs, _ = _dry_run_with(mutant, finished)
+    assert jobs.get("train") == 3 and jobs.get("train_gated") == 1, jobs

@@ -69,13 +69,14 @@ def train(check, corpus: dict, name: str, key, hp: dict, precision: str) -> dict
     """One lmgrid training run on the GPU; its figures and peak GPU memory (run folder removed afterwards)."""
     import torch
     from lmgrid.neural import train as train_mod
+    from lmgrid.run.spec import hand_spec
 
     run_dir, ckpt_dir = check.work / "runs" / name, check.work / "ckpt" / name
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    m = train_mod.run(arch=key.arch, impl=key.impl, n_step=key.n_step, layers=key.layers, regime=key.regime,
-                      seed=key.seed, paths=corpus["paths"], vocab_path=corpus["vocab"], run_dir=str(run_dir),
-                      ckpt_dir=str(ckpt_dir), hp=hp, placement=f"cuda {precision}")
+    m = train_mod.run(hand_spec(arch=key.arch, impl=key.impl, n_step=key.n_step, layers=key.layers,
+                                regime=key.regime, seed=key.seed, paths=corpus["paths"], vocab_path=corpus["vocab"],
+                                run_dir=str(run_dir), ckpt_dir=str(ckpt_dir), hp=hp, placement=f"cuda {precision}"))
     peak = torch.cuda.max_memory_allocated() / 2**20
     shutil.rmtree(run_dir, ignore_errors=True)
     if not m["device"].startswith("cuda:") or m["precision"] != precision or m["fp32_precision"] != IEEE:
@@ -186,7 +187,9 @@ def child(spec_path: str) -> int:
             original(self, trainer, pl_module)
 
         train_mod.Progress.on_train_epoch_start = kill
-    metrics = train_mod.run(**spec["kwargs"])
+    from lmgrid.run.spec import hand_spec
+
+    metrics = train_mod.run(hand_spec(**spec["kwargs"]))
     Path(spec["result"]).write_text(json.dumps(metrics, default=str))
     return 0
 

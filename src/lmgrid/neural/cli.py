@@ -30,7 +30,7 @@ def cmd_train(a) -> None:
 
 def spec_of(a):
     """The run's spec: the workflow's file (--spec), or one built from the flags (a run by hand)."""
-    from lmgrid.run.spec import RunSpec
+    from lmgrid.run.spec import RunSpec, hand_spec
 
     if a.spec:
         given = [f"--{n.replace('_', '-')}" for n in HAND_FLAGS if getattr(a, n) not in (None, False)]
@@ -52,13 +52,10 @@ def spec_of(a):
     if a.fast:
         # A smoke test: one short epoch on the first 2000 train tokens, small model; evaluation stays complete.
         hp.update(epochs=1, max_train_tokens=2000, emb_dim=16, hidden_dim=16, log_every=0)
-    from .train import parse_placement
-
-    return RunSpec.build(arch=a.arch, impl=a.impl or "torch", n_step=a.n_step, layers=a.layers or 1,
-                         regime=a.regime or "window", seed=a.seed if a.seed is not None else 1, corpus="",
-                         train=hp, paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab=a.vocab,
-                         run_dir=a.run_dir, ckpt_dir=a.ckpt_dir,
-                         placement=parse_placement(placement) if placement else None)
+    return hand_spec(arch=a.arch, impl=a.impl or "torch", n_step=a.n_step, layers=a.layers if a.layers is not None else 1,
+                     regime=a.regime or "window", seed=a.seed if a.seed is not None else 1, hp=hp,
+                     paths={"train": a.train, "valid": a.valid, "test": a.test}, vocab_path=a.vocab,
+                     run_dir=a.run_dir, ckpt_dir=a.ckpt_dir, placement=placement)
 
 
 REQUIRED_BY_HAND = ("arch", "n_step", "train", "valid", "test", "vocab", "run_dir", "ckpt_dir")

@@ -40,7 +40,7 @@ from lmgrid.models import IMPLS
 from lmgrid.ppl import BOS, perplexity
 from lmgrid.resources import own_usage
 from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
-from lmgrid.run.spec import RunSpec
+from lmgrid.run.spec import RunSpec, parse_placement  # noqa: F401 - parse_placement re-exported
 from lmgrid.runkey import NEURAL_ARCHS, REGIMES
 from lmgrid.vocab import Vocab
 
@@ -127,15 +127,6 @@ def use_cuda(accelerator: str) -> bool:
         raise LmgridError(f"train.accelerator: {accelerator!r} asks for a GPU, but none is visible ({why}); "
                           "use accelerator: cpu or auto, or run where a GPU is (docs/cluster.md)")
     return False
-
-
-def parse_placement(text: str) -> tuple[str, str]:
-    """`--set placement="cuda bf16-mixed"`: the device kind the workflow planned the run on, and its precision
-    (`auto` where the workflow could not resolve it, as on a cluster's login node): lmgrid.neural.placement."""
-    parts = str(text).split()
-    if len(parts) != 2 or parts[0] not in ("cpu", "cuda") or parts[1] not in ("32-true", "bf16-mixed", "auto"):
-        raise LmgridError(f"placement: expected '<cpu|cuda> <32-true|bf16-mixed|auto>', got {text!r}")
-    return parts[0], parts[1]
 
 
 def _output_layer_name(model_config: dict) -> str:

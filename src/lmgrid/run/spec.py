@@ -223,6 +223,25 @@ class RunSpec:
         return config
 
 
+def parse_placement(text: str) -> tuple[str, str]:
+    """`--set placement="cuda bf16-mixed"`: the device kind a run is planned on, and its precision (`auto` where the
+    workflow could not resolve it, as on a cluster's login node): lmgrid.neural.placement."""
+    parts = str(text).split()
+    if len(parts) != 2 or parts[0] not in DEVICES or parts[1] not in PRECISIONS:
+        raise LmgridError(f"placement: expected '<cpu|cuda> <32-true|bf16-mixed|auto>', got {text!r}")
+    return parts[0], parts[1]
+
+
+def hand_spec(*, arch: str, impl: str = "torch", n_step: int, layers: int = 1, regime: str = "window", seed: int = 1,
+              paths: dict, vocab_path: str, run_dir: str, ckpt_dir: str, hp: dict | None = None,
+              placement: str | None = None, live_mlflow: dict | None = None, corpus: str = "") -> RunSpec:
+    """The spec of a run set up by hand (`lmgrid train --arch ...`, tests, tools/gpu_check.py): `hp` as config.yaml's
+    `train:` section, `placement` as `lmgrid train --set placement=...` reads it."""
+    return RunSpec.build(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed, corpus=corpus,
+                         train=hp, paths=paths, vocab=vocab_path, run_dir=run_dir, ckpt_dir=ckpt_dir,
+                         placement=parse_placement(placement) if placement else None, live_mlflow=live_mlflow)
+
+
 def model_config_values(values: dict) -> dict:
     """ModelConfig's values for a model built by hand or read from an older model.ckpt: the given values, the rest
     from the schema's training-setting defaults (and, for the cell's shape, a hand-built cell's: torch, 1 layer,
