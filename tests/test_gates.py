@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from lmgrid.gate_facts import saturation_bounds
+from lmgrid.run.gate_facts import saturation_bounds
 from lmgrid.models import ModelConfig, build_model
 from lmgrid.neural import gates
 from lmgrid.neural.data import IGNORE, sentence_rows, window_examples

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import IMPLS, ModelConfig, build_model
 
 V, EMB, HID, LAYERS, B, T = 37, 16, 24, 3, 4, 9

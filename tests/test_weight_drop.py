@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
 from lmgrid.models import lstm as lstm_mod
 

@@ -5,7 +5,7 @@ import argparse
 import json
 import os
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
 # The workflow hands the settings that do not change what a run computes (log_every, accelerator, devices,
 # compile) to its jobs here, as {arch: {key: value}}: not in the rule's params, so changing them reruns nothing.
@@ -23,8 +23,8 @@ def _setting(text: str) -> tuple[str, object]:
 
 
 def cmd_train(a) -> None:
-    from .allocator import keep_freed_blocks
-    from .train import run
+    from lmgrid.neural.allocator import keep_freed_blocks
+    from lmgrid.neural.train import run
 
     keep_freed_blocks()  # before the first large tensor: see lmgrid.neural.allocator
 
@@ -61,12 +61,12 @@ def _job_settings(arch: str) -> dict:
 
 def _live(a) -> dict | None:
     """MLFlowLogger arguments when the workflow turned live logging on (config mlflow.live), else None."""
-    from lmgrid.aggregate.layout import LIVE_ENV, live_run_tags
+    from lmgrid.run.live import LIVE_ENV, live_run_tags
 
     text = os.environ.get(LIVE_ENV)
     if not text:
         return None
-    from lmgrid.runkey import normalise
+    from lmgrid.run.key import normalise
 
     try:
         kwargs = json.loads(text)

@@ -32,24 +32,24 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import atomic_write
-from lmgrid.gate_facts import GATED_ARCHS
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.run.gate_facts import GATED_ARCHS
 from lmgrid.models import IMPLS
 from lmgrid.models.adaptive import adaptive_cutoffs
-from lmgrid.ppl import BOS, perplexity
-from lmgrid.resources import own_usage
-from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
-from lmgrid.runkey import NEURAL_ARCHS, REGIMES, normalise
-from lmgrid.vocab import Vocab
+from lmgrid.data.ppl import BOS, perplexity
+from lmgrid.common.resources import own_usage
+from lmgrid.run.record import RECORD_FILE, RunRecord, SplitScore
+from lmgrid.run.key import NEURAL_ARCHS, REGIMES, normalise
+from lmgrid.data.vocab import Vocab
 
-from . import gates as gates_mod
-from .averaging import WeightAverage
-from .callbacks import EpochLog, Progress
-from .data import LMData
-from .hparams import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
-from .module import LMModule, evaluate
-from .precision import autocast, fp32_settings, full_fp32, resolve_precision
+from lmgrid.neural import gates as gates_mod
+from lmgrid.neural.averaging import WeightAverage
+from lmgrid.neural.callbacks import EpochLog, Progress
+from lmgrid.neural.data import LMData
+from lmgrid.run.settings import MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
+from lmgrid.neural.module import LMModule, evaluate
+from lmgrid.neural.precision import autocast, fp32_settings, full_fp32, resolve_precision
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 # torch.utils.deterministic.fill_uninitialized_memory while training (see `run`).
@@ -285,7 +285,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
         except ValueError as e:
             raise LmgridError(f"{split} perplexity of {key.name}: {e}; lower the learning rate") from None
         scores[split] = SplitScore(ppl=ppl, nll_nats=nll, tokens=n, oov_tokens=data.oov_tokens(split))
-    # The neural fields of the run record (lmgrid.run_record), in the order the file has always had them.
+    # The neural fields of the run record (lmgrid.run.record), in the order the file has always had them.
     extra = {
         "train_tokens_per_s": epoch_log.tokens_per_s,
         # Scoring test (and valid when no epoch scored it; forward only, eval batches; for lstm and gru with the
@@ -322,7 +322,7 @@ def _run(*, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: i
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
     extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(time.time(), 3)
     # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
-    # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
+    # Snakemake benchmark measures only the thin client in the first case (lmgrid.common.resources).
     extra.update(own_usage())
     record = RunRecord(name=key.name, **run_info, **scores, params=params, extra=extra)
     metrics = record.write(run_dir / RECORD_FILE)
