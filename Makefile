@@ -7,7 +7,7 @@ CORES   ?= all
 SMK     := $(VENV)/bin/snakemake
 # CONFIG: a config file applied over config.yaml (e.g. a preset); SET: overrides, YAML-typed, each replacing the
 # node it names, e.g.  make run SET="train.epochs=5 studies={ctx: {arch: [mkn], n_step: [2, 3]}}"
-# (docs/configuration.md). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.config splits it into
+# (docs/configuration.md). SET reaches Snakemake as one argument, unchanged ("$$SET"); lmgrid.orchestration.config splits it into
 # assignments at blanks outside quotes and outside {...} / [...] values.
 CONFIG  ?=
 SET     ?=
@@ -39,11 +39,11 @@ setup: $(STAMP)
 
 ## run the whole pipeline on config.yaml (the embedded synthetic corpus by default), then the HTML report
 ## (VERBOSE=1: Snakemake's full job blocks); ends with the report's path and the headline table. A config with
-## `scales:` (presets/course_report.yaml) runs each scale first, each its own Snakemake run (lmgrid.scales)
+## `scales:` (presets/course_report.yaml) runs each scale first, each its own Snakemake run (lmgrid.orchestration.scales)
 run: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
-	$(PY) -m lmgrid.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
+	$(PY) -m lmgrid.analysis.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)

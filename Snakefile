@@ -4,8 +4,8 @@ import sys
 
 from snakemake.utils import min_version
 
-from lmgrid.config import load_yaml
-from lmgrid.errors import LmgridError
+from lmgrid.orchestration.config import load_yaml
+from lmgrid.common.errors import LmgridError
 
 min_version("9.0")
 

@@ -1,4 +1,4 @@
-"""Test-time adaptation (lmgrid.adapt): the continuous cache and SGD dynamic evaluation.
+"""Test-time adaptation (lmgrid.testtime.adapt): the continuous cache and SGD dynamic evaluation.
 
 Tiny untrained models on synthetic token streams, so every test takes seconds.  Each test also runs the broken
 variant its docstring names and asserts that the check catches it."""
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from lmgrid.adapt import cache, dynamic, tune
-from lmgrid.adapt.cache import cache_distribution, cache_logprobs, cache_target_probs
-from lmgrid.adapt.dynamic import dynamic_logprobs
-from lmgrid.adapt.stream import full_log_probs, perplexity_of, stream_states
+from lmgrid.testtime.adapt import cache, dynamic, tune
+from lmgrid.testtime.adapt.cache import cache_distribution, cache_logprobs, cache_target_probs
+from lmgrid.testtime.adapt.dynamic import dynamic_logprobs
+from lmgrid.testtime.adapt.stream import full_log_probs, perplexity_of, stream_states
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.data import StreamChunks, sentence_rows, stream_tokens
@@ -273,7 +273,7 @@ def test_tuner_only_sees_valid(method, grid, monkeypatch):
 def _run_folder(tmp_path, regime: str = "stream"):
     """A run folder holding a tiny untrained LSTM's model.ckpt, and valid/test split files."""
     from lmgrid.neural.train import save_model
-    from lmgrid.vocab import SPECIALS, Vocab
+    from lmgrid.data.vocab import SPECIALS, Vocab
 
     words = [f"w{i}" for i in range(4, V)]
     vocab = Vocab([*SPECIALS, *words], {w: 1 for w in words})
@@ -295,7 +295,7 @@ def test_cli_writes_the_tuned_result(tmp_path, monkeypatch, capsys):
     the saved test log-probs give its adapted test PPL; a window-regime run is refused in one line.  Mutation
     killed: the split's stream read without its leading </s> (its first word no longer counted)."""
     from lmgrid import cli
-    from lmgrid.adapt import cli as adapt_cli
+    from lmgrid.testtime.adapt import cli as adapt_cli
 
     run, model, test_ids = _run_folder(tmp_path)
     nll, n = evaluate_one_row(model, test_ids)

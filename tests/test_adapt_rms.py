@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lmgrid.adapt import dynamic, tune
-from lmgrid.adapt.dynamic import adapted_pass, dynamic_logprobs
-from lmgrid.adapt.stream import full_log_probs, perplexity_of, stream_states
-from lmgrid.combine.adapted import grid_of
-from lmgrid.errors import LmgridError
+from lmgrid.testtime.adapt import dynamic, tune
+from lmgrid.testtime.adapt.dynamic import adapted_pass, dynamic_logprobs
+from lmgrid.testtime.adapt.stream import full_log_probs, perplexity_of, stream_states
+from lmgrid.testtime.combine.adapted import grid_of
+from lmgrid.common.errors import LmgridError
 from lmgrid.neural.data import stream_tokens
 
 from test_adapt import BPTT, EOS, V, _update_then_score, evaluate_one_row, matches_evaluate, sentences, tiny
@@ -241,11 +241,11 @@ def _one_grad(model, stream) -> list[torch.Tensor]:
 
 
 def test_a_diverged_grid_point_is_recorded_and_never_chosen():
-    """A point whose pass blows up (lmgrid.ppl refuses its non-finite NLL) is kept in the rows with valid_ppl None and
+    """A point whose pass blows up (lmgrid.data.ppl refuses its non-finite NLL) is kept in the rows with valid_ppl None and
     not chosen; the other points still decide; every point diverged is one line.  Mutation killed: the tuner
     letting the refusal end the whole grid (what the first PTB rms grid did, at 563 s), checked by running the
     same points through a chooser without the guard."""
-    from lmgrid.ppl import perplexity
+    from lmgrid.data.ppl import perplexity
 
     ppl = {1e-4: 120.0, 1e-3: 110.0, 1e-2: None}
 
@@ -263,9 +263,9 @@ def test_a_diverged_grid_point_is_recorded_and_never_chosen():
 
 def test_only_divergence_is_a_diverged_point_other_errors_end_the_grid():
     """Mutation killed: the guard catching every ValueError (a bug in a pass, such as a shape or a zero token count,
-    recorded as 'diverged' and the grid going on without it).  The guard catches lmgrid.ppl.InfinitePerplexity,
+    recorded as 'diverged' and the grid going on without it).  The guard catches lmgrid.data.ppl.InfinitePerplexity,
     a type, not a message's words."""
-    from lmgrid.ppl import InfinitePerplexity, perplexity
+    from lmgrid.data.ppl import InfinitePerplexity, perplexity
 
     def bug(p):
         return perplexity(1.0, 0)  # zero counted tokens: a ValueError that is no divergence

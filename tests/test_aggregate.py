@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lmgrid.aggregate import build, collect, layout, names, plots, run_curves, tables
-from lmgrid.aggregate.fixtures import write_fake_results
-from lmgrid.errors import LmgridError
-from lmgrid.runkey import expand_study
+from lmgrid.analysis import build, collect, layout, names, plots, run_curves, tables
+from lmgrid.run import live
+from lmgrid.analysis.fixtures import write_fake_results
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.key import expand_study
 
 REAL_SAVE = plots.save  # before any test patches it
 CORPUS = "fx"
@@ -353,15 +354,15 @@ def test_cli_aggregate_reports_bad_studies_json(capsys):
 
 
 def test_mlflow_live_needs_a_server():
-    layout.check_mlflow({"tracking_uri": "http://127.0.0.1:5000", "live": True})
+    live.check_mlflow({"tracking_uri": "http://127.0.0.1:5000", "live": True})
     with pytest.raises(LmgridError, match="mlflow.live"):
-        layout.check_mlflow({"tracking_uri": "sqlite:///results/mlflow.db", "live": True})
+        live.check_mlflow({"tracking_uri": "sqlite:///results/mlflow.db", "live": True})
     with pytest.raises(LmgridError, match="mlflow.tracking_uri"):
-        layout.check_mlflow({"tracking_uri": "./mlruns"})
+        live.check_mlflow({"tracking_uri": "./mlruns"})
 
 
 def test_default_config_studies_cover_the_issue():
-    from lmgrid.config import check, load_yaml
+    from lmgrid.orchestration.config import check, load_yaml
     from conftest import REPO
 
     config = load_yaml(REPO / "config.yaml")
@@ -373,17 +374,17 @@ def test_default_config_studies_cover_the_issue():
 
 
 def test_live_logger_settings_for_training_jobs():
-    from lmgrid.runkey import RunKey
+    from lmgrid.run.key import RunKey
 
     key = RunKey("lstm", "cell", 5, 2, "window", 1)
-    assert layout.live_logger_kwargs({"tracking_uri": "sqlite:///results/mlflow.db", "live": False}, "c", key) is None
-    kw = layout.live_logger_kwargs({"tracking_uri": "http://127.0.0.1:5000", "live": True}, "c", key)
+    assert live.live_logger_kwargs({"tracking_uri": "sqlite:///results/mlflow.db", "live": False}, "c", key) is None
+    kw = live.live_logger_kwargs({"tracking_uri": "http://127.0.0.1:5000", "live": True}, "c", key)
     assert kw["tracking_uri"] == "http://127.0.0.1:5000" and kw["experiment_name"] == "c-live"
     assert kw["tags"]["lmgrid.run_key"] == key.run_dir("c")
 
 
 def test_a_study_name_must_be_a_folder_name():
-    from lmgrid.config import check_schema, load_yaml
+    from lmgrid.orchestration.config import check_schema, load_yaml
     from conftest import REPO
 
     config = load_yaml(REPO / "config.yaml")

@@ -1,4 +1,4 @@
-"""Per-token score files and their linear interpolation (lmgrid.combine; issue 26).
+"""Per-token score files and their linear interpolation (lmgrid.testtime.combine; issue 26).
 
 Each test also runs the broken variant named in its docstring and asserts that it fails.
 """
@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from lmgrid.combine import cells, mixture, scorefile
-from lmgrid.combine.mixture import combine, fit_weights
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import read_json
+from lmgrid.testtime.combine import cells, mixture, scorefile
+from lmgrid.testtime.combine.mixture import combine, fit_weights
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import read_json
 from lmgrid.neural import module as module_mod
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import train_run
-from lmgrid.run_record import RunRecord
-from lmgrid.runkey import normalise
-from lmgrid.vocab import Vocab
+from lmgrid.run.record import RunRecord
+from lmgrid.run.key import normalise
+from lmgrid.data.vocab import Vocab
 
 from test_neural_support import tiny_corpus
 from test_neural_train import train
@@ -254,7 +254,7 @@ def test_cli_scores_combines_and_fills_the_reference_row(tmp_path, monkeypatch, 
     reference row naming the combination: the row holds the mixture's test PPL, not a component's.  Negative
     control: a component scored on another corpus stops `lmgrid combine` with one line naming both files."""
     from lmgrid.cli import main
-    from lmgrid.reference import reference_table
+    from lmgrid.analysis.reference import reference_table
 
     monkeypatch.chdir(tmp_path)
     corpus = tiny_corpus(tmp_path, train=600)

@@ -1,5 +1,5 @@
 """Test-time score modes (cache, dynamic, dynamic+cache) as score files and combination components (issue 26, items
-3-5 in the pipeline: lmgrid.combine.adapted).  Tiny cells on the tiny corpus, one-point grids, so each test takes
+3-5 in the pipeline: lmgrid.testtime.combine.adapted).  Tiny cells on the tiny corpus, one-point grids, so each test takes
 seconds.  Each test also runs the broken variant named in its docstring and asserts that it fails.
 """
 from __future__ import annotations
@@ -12,18 +12,18 @@ import pytest
 import torch
 import yaml
 
-from lmgrid.adapt import cli as adapt_cli
-from lmgrid.adapt import dynamic, tune
-from lmgrid.combine import adapted, cells, mixture, scorefile, select
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import read_json
+from lmgrid.testtime.adapt import cli as adapt_cli
+from lmgrid.testtime.adapt import dynamic, tune
+from lmgrid.testtime.combine import adapted, cells, mixture, scorefile, select
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import read_json
 from lmgrid.neural.data import StreamChunks, encode, sentence_rows
 from lmgrid.neural.module import evaluate
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import train_run
-from lmgrid.ppl import EOS, PAD
-from lmgrid.runkey import normalise
-from lmgrid.vocab import Vocab
+from lmgrid.data.ppl import EOS, PAD
+from lmgrid.run.key import normalise
+from lmgrid.data.vocab import Vocab
 
 from test_neural_support import tiny_corpus
 from test_neural_train import train
@@ -196,7 +196,7 @@ def test_em_with_a_mode_component_fits_on_valid_only(cells_dir, tmp_path, monkey
 
 
 def test_schema_lists_the_modes_and_the_tuners_grids():
-    """The schema's combine mode enum is cells.MODES' keys and its adapt: defaults are lmgrid.adapt.tune's grids
+    """The schema's combine mode enum is cells.MODES' keys and its adapt: defaults are lmgrid.testtime.adapt.tune's grids
     (the defaults live in two places; this keeps them one).  Negative control: a grid that differs is seen."""
     schema = yaml.safe_load(SCHEMA.read_text())["properties"]
     mode = schema["combine"]["additionalProperties"]["properties"]["components"]["items"]["properties"]["mode"]

@@ -4,9 +4,9 @@ import copy
 import pytest
 import yaml
 
-from lmgrid.config import check
-from lmgrid.errors import LmgridError
-from lmgrid.runkey import RunKey, all_runs, expand_study
+from lmgrid.orchestration.config import check
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.key import RunKey, all_runs, expand_study
 
 
 @pytest.fixture()
@@ -109,7 +109,7 @@ def test_stream_runs_ignore_n_step():
 # ---- overrides: typed, dotted, and errors that name where the bad value came from --------------------------
 
 def _resolve(base, cli, files=("config.yaml",)):
-    from lmgrid.config import workflow_config
+    from lmgrid.orchestration.config import workflow_config
 
     cfg = copy.deepcopy(base)
     workflow_config(cfg, list(files), cli)
@@ -159,7 +159,7 @@ def test_error_names_the_file_that_set_the_value(base, repo, tmp_path, monkeypat
     (tmp_path / "preset.yaml").write_text("train: {per_arch: {gru: {optimizer: adagrad}}}\n")
     cfg = copy.deepcopy(base)
     cfg["train"]["per_arch"] = {"gru": {"optimizer": "adagrad"}}
-    from lmgrid.config import workflow_config
+    from lmgrid.orchestration.config import workflow_config
 
     with pytest.raises(LmgridError, match=r"^preset.yaml: train.per_arch.gru.optimizer: 'adagrad' is not one of"):
         workflow_config(cfg, ["config.yaml", str(tmp_path / "preset.yaml")], {})
@@ -171,7 +171,7 @@ def test_error_names_the_file_that_set_the_value(base, repo, tmp_path, monkeypat
 
 def _all_defaulted(node: dict, root: dict) -> bool:
     """Whether an object schema can be left out whole: it requires nothing and each of its keys has a default."""
-    from lmgrid.config import _resolve
+    from lmgrid.orchestration.config import _resolve
 
     node = _resolve(node, root)
     props = node.get("properties", {})
@@ -182,7 +182,7 @@ def _all_defaulted(node: dict, root: dict) -> bool:
 def test_every_section_whose_keys_all_have_defaults_may_be_left_out(schema):
     """Walks the schema: no object requires a key that could be defaulted whole, and each such key has
     `default: {}` so that its keys get filled in.  kills: `vocab` in the top level's `required`."""
-    from lmgrid.config import _resolve, load_schema
+    from lmgrid.orchestration.config import _resolve, load_schema
 
     root = load_schema(schema)
     bad = []
@@ -216,7 +216,7 @@ def test_one_seeds_setting_sets_every_studys_seeds(base, repo, monkeypatch):
     """`seeds:` replaces every study's seed list, so seed_table's 3 seeds become one with SET="seeds=[1]" (README);
     absent, each study keeps its own.  Kills "seeds ignored" (config.apply_seeds a no-op, run below as the negative
     control: the gates study would keep its 3 seeds)."""
-    from lmgrid import config as config_mod
+    from lmgrid.orchestration import config as config_mod
 
     monkeypatch.chdir(repo)
     own = _resolve(base, {})
@@ -240,7 +240,7 @@ def test_one_seeds_setting_sets_every_studys_seeds(base, repo, monkeypatch):
 def test_a_dynamic_setting_of_the_other_rule_is_refused(repo, monkeypatch, assignments, message):
     """Mutation killed: a setting only the other update rule reads, accepted (a grid reported that never ran).
     Negative control: the same values under their own rule, and the defaults under either rule, pass."""
-    from lmgrid.config import load_config
+    from lmgrid.orchestration.config import load_config
 
     monkeypatch.chdir(repo)
     with pytest.raises(LmgridError) as err:
@@ -256,7 +256,7 @@ def test_a_cut_at_its_neutral_value_is_the_config_without_it(base, schema, repo,
     """corpus.max_sentences at 0 (or {}) checks to the very config that leaves it out, byte for byte: every rule's
     params and MLflow's data settings are built from it, so a finished grid reruns nothing when the key is added
     (the dry run of a finished grid: tests/test_workflow.py), and a config without it keeps the corpus node it had
-    before the key existed.  Kills a neutral value kept in the config (no lmgrid.config.drop_neutral_cut) and a
+    before the key existed.  Kills a neutral value kept in the config (no lmgrid.orchestration.config.drop_neutral_cut) and a
     schema default for the key (fill_defaults would put it into every config, grids finished before it included).
     Control, run here: a real cut (kind text, where it is allowed) does change the config, to the splits it cuts."""
     import json

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from lmgrid.corpus import prepare, read_sentences
-from lmgrid.errors import LmgridError
+from lmgrid.data.corpus import prepare, read_sentences
+from lmgrid.common.errors import LmgridError
 
 
 def write(tmp_path, name, data: bytes):

@@ -15,7 +15,7 @@ from lmgrid.embed import evaluate, export, ppmi
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.train import save_model
-from lmgrid.vocab import Vocab
+from lmgrid.data.vocab import Vocab
 
 WORDS = [f"w{i}" for i in range(12)]
 
@@ -344,8 +344,8 @@ def test_mlflow_payload_is_the_cells_own_scores_and_vectors(tmp_path):
     the first rows of the table, another cell's)."""
     import pandas as pd
 
-    from lmgrid.aggregate import tracking
-    from lmgrid.runkey import RunKey
+    from lmgrid.tracking import mirror as tracking
+    from lmgrid.run.key import RunKey
 
     keys = [RunKey("ffnn", "torch", n, 1, "window", 1) for n in (2, 3)]
     rows = [{"model": k.name, "run": k.run_dir("c"), "arch": "ffnn", "embedding": e, "dim": 8,

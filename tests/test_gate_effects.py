@@ -1,4 +1,4 @@
-"""The statistics behind the gate and implementation findings (aggregate.effects, aggregate.positions), on planted
+"""The statistics behind the gate and implementation findings (analysis.effects, analysis.positions), on planted
 data with a known answer, each against a hand computation and with the mutation it kills run as a control."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lmgrid.aggregate import effects, positions
+from lmgrid.analysis import effects, positions
 
 N_STEPS = (2, 3, 5, 7, 9)
 SEEDS = (1, 2, 3, 4, 5)
@@ -163,7 +163,7 @@ def impl_problems(runs: pd.DataFrame, got: pd.DataFrame) -> list[str]:
 
 
 def test_impl_differences_against_a_hand_computation(monkeypatch):
-    """impl_differences (aggregate.effects): each impl against nn.LSTM once, paired by seed, t interval (df 3), p and
+    """impl_differences (analysis.effects): each impl against nn.LSTM once, paired by seed, t interval (df 3), p and
     Holm over the contrasts, recomputed by hand.  Mutations killed, run here as controls: every pair of impls (the
     old table, where "concat vs cell" repeated "concat vs torch"), no Holm adjustment, and a normal (z) interval in
     place of the t interval."""
@@ -190,7 +190,7 @@ def test_the_bias_ablation_verdict_reads_the_one_bias_cell():
     "accounts for it".  Control, run here: the same table with the one-bias cell's numbers set to the cell's (the
     mutation "the ablation reads the cell instead of the one-bias cell", or a one-bias cell that trains like the
     cell) must say it does not account for it."""
-    from lmgrid.aggregate import findings
+    from lmgrid.analysis import findings
 
     runs = impl_runs()
     (text,) = findings._ablation_sentences(effects.impl_differences(runs))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from lmgrid.gate_facts import saturation_bounds
+from lmgrid.run.gate_facts import saturation_bounds
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural import gates

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 STOP = "stopped where the check would use the GPU"
 # Test-only: lmgrid's training-settings check as it was before issue 45, needing jsonschema wherever it runs.
 JSONSCHEMA_REQUIRED = '''
-import lmgrid.neural.hparams as hparams
+import lmgrid.run.settings as hparams
 
 def _check_types(hp):
     import jsonschema  # noqa: F401 - what the GPU machine does not have

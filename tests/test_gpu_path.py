@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from lmgrid import cli
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.neural import train as train_mod
 from lmgrid.run.spec import RunSpec
 from lmgrid.neural.precision import fp32_settings
-from lmgrid.runkey import normalise
+from lmgrid.run.key import normalise
 
 from test_neural_support import killed_at_epoch, tiny_corpus
 from test_neural_train import train

@@ -18,10 +18,10 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from lmgrid.aggregate import build
-from lmgrid.aggregate.fixtures import write_fake_results
-from lmgrid.aggregate.tracking import TAG_KEY, registered_name, sync
-from lmgrid.runkey import all_runs
+from lmgrid.analysis import build
+from lmgrid.analysis.fixtures import write_fake_results
+from lmgrid.tracking.mirror import TAG_KEY, registered_name, sync
+from lmgrid.run.key import all_runs
 
 CORPUS = "fx"
 STUDIES = {
@@ -178,8 +178,8 @@ def test_resource_metrics_are_the_training_process_own(results, tmp_path, monkey
     of Snakemake's benchmark file only the wall time: under the warm server that file measures the thin client.
     Negative control, the mutation it kills: logging the benchmark file's max_rss and cpu_time too (as bench_*),
     the figures that said 17 MiB and 0.06 s for an LSTM of 479 MiB and 26 s."""
-    from lmgrid.aggregate import tracking
-    from lmgrid.aggregate.collect import read_benchmark
+    from lmgrid.tracking import mirror as tracking
+    from lmgrid.analysis.collect import read_benchmark
 
     key = next(k for k in all_runs(STUDIES) if k.arch == "lstm")
     m = json.loads((results / key.run_dir(CORPUS) / "metrics.json").read_text())
@@ -263,7 +263,7 @@ def _check_live_training_logs(uri: str, tmp_path: Path) -> None:
     """mlflow.live: a training job logs each epoch through Lightning's MLFlowLogger to the http server."""
     from test_neural_support import tiny_corpus
 
-    from lmgrid.aggregate.layout import live_logger_kwargs
+    from lmgrid.run.live import live_logger_kwargs
     from lmgrid.run.spec import RunSpec
 
     c = tiny_corpus(tmp_path / "live")
@@ -322,11 +322,11 @@ def test_models_layers_experiment_and_sources_read_as_a_user_expects(results, tm
     sources are relative to the clone (results/<corpus>/...).  Negative controls, the mutations they kill, one sync
     each: every model named `model`; layers counted from 0 (gates/l0/...); an experiment created without the tag;
     absolute dataset paths."""
-    from lmgrid.aggregate import tracking
-    from lmgrid.runkey import RunKey, normalise
+    from lmgrid.tracking import mirror as tracking
+    from lmgrid.run.key import RunKey, normalise
 
     assert normalise("lstm", "torch", 5, 1, "window", 1).slug == "lstm-torch-n5-l1-window-s1"
-    monkeypatch.setattr("lmgrid.aggregate.tracking.environment", lambda: {})  # no git calls: faster syncs
+    monkeypatch.setattr("lmgrid.tracking.mirror.environment", lambda: {})  # no git calls: faster syncs
     sync(new_store(tmp_path / "ok.db"), CORPUS, STUDIES, results, data_settings=SETTINGS)
     assert user_facing_problems(f"sqlite:///{tmp_path}/ok.db", results) == []
     mutants = {"model names": (RunKey, "slug", property(lambda self: "model")),
@@ -348,8 +348,8 @@ def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path
     chosen settings not logged, a changed result.json keeping its stale run, and a table.html that differs between
     two writes of one result (pandas' random table ids), which replaced the run at every rewrite (the negative
     control: the same result written and synced twice keeps its run, a new weight replaces it)."""
-    from lmgrid.combine.mixture import Mixture
-    from lmgrid.combine.table import write as write_combination
+    from lmgrid.testtime.combine.mixture import Mixture
+    from lmgrid.testtime.combine.table import write as write_combination
 
     folder = results / f"results/{CORPUS}/combine/kn_lstm"
     components = [{"label": "kn n2", "mode": "base"},

@@ -14,12 +14,12 @@ import pytest
 from mlflow import MlflowClient
 
 from lmgrid import cli
-from lmgrid.aggregate.pyfunc_model import perplexity_of
-from lmgrid.aggregate.tracking import TAG_MODEL, CorpusData, Syncer, registered_name
-from lmgrid.corpus import load_split
+from lmgrid.tracking.pyfunc_model import perplexity_of
+from lmgrid.tracking.mirror import TAG_MODEL, CorpusData, Syncer, registered_name
+from lmgrid.data.corpus import load_split
 from lmgrid.neural import train as train_mod
 from lmgrid.run.spec import hand_spec
-from lmgrid.runkey import normalise
+from lmgrid.run.key import normalise
 
 from test_mlflow import fluent_uri
 from test_neural_support import TINY, tiny_corpus
@@ -228,7 +228,7 @@ def test_plain_mlflow_load_with_the_sqlite_uri(clone, installed):
     root, ids = clone
     [dist] = Distribution.discover(name="lmgrid", path=[str(installed)])
     assert [(e.name, e.value) for e in dist.entry_points.select(group="mlflow.artifact_repository")] == [
-        ("mlflow-artifacts", "lmgrid.aggregate.artifact_store:repository")]
+        ("mlflow-artifacts", "lmgrid.tracking.artifact_store:repository")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(REPO / "src")])}
     uri, model = f"sqlite:///{root}/results/mlflow.db", f"runs:/{ids[KN]}/{KN.slug}"
     ok = subprocess.run([sys.executable, "-c", PLAIN_LOAD, uri, model, "as-installed"], env=env, cwd=root,
@@ -313,7 +313,7 @@ def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatc
     import subprocess
     import sys
 
-    from lmgrid.aggregate import pyfunc_model
+    from lmgrid.tracking import pyfunc_model
 
     root, ids = clone
     client = MlflowClient(tracking_uri=f"sqlite:///{root}/results/mlflow.db")

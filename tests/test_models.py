@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import IMPLS, build_model
 from lmgrid.run.spec import model_config_defaults
 

@@ -1,16 +1,16 @@
-"""The two regimes' data: targets and counted tokens are exactly the shared convention (lmgrid.ppl)."""
+"""The two regimes' data: targets and counted tokens are exactly the shared convention (lmgrid.data.ppl)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.neural.data import IGNORE, StreamChunks, batchify, stream_tokens, window_examples
 from lmgrid.neural.module import batch_nll, evaluate
-from lmgrid.ppl import BOS, EOS, PAD, counted_tokens, targets
-from lmgrid.vocab import build
+from lmgrid.data.ppl import BOS, EOS, PAD, counted_tokens, targets
+from lmgrid.data.vocab import build
 
 SENTS = [["the", "cat", "sat"], ["a"], ["the", "dog", "saw", "a", "cat", "today"], ["zebra", "x"]]
 

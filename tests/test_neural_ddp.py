@@ -23,7 +23,7 @@ import torch.distributed as dist
 import yaml
 
 from lmgrid.neural.data import IGNORE, shard
-from lmgrid.runkey import normalise
+from lmgrid.run.key import normalise
 
 from test_neural_support import TINY, killed_at_epoch, tiny_corpus
 from test_neural_train import train

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmgrid.corpus import write_split
-from lmgrid.fileio import write_json
-from lmgrid.vocab import build
+from lmgrid.data.corpus import write_split
+from lmgrid.common.fileio import write_json
+from lmgrid.data.vocab import build
 
 # Settings that keep a run to a few seconds on one CPU thread.
 TINY = {"epochs": 1, "emb_dim": 16, "hidden_dim": 16, "batch_size": 64, "stream_batch_size": 8, "bptt": 10,

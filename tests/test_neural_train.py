@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from lmgrid import cli, lm
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.neural import train as train_mod
 from lmgrid.neural.callbacks import LOG_COLUMNS
 from lmgrid.neural.gates import COLUMNS as GATE_COLUMNS
-from lmgrid.ppl import counted_tokens
-from lmgrid.corpus import load_split
+from lmgrid.data.ppl import counted_tokens
+from lmgrid.data.corpus import load_split
 from lmgrid.run.spec import RunSpec
-from lmgrid.runkey import normalise
+from lmgrid.run.key import normalise
 
 from test_neural_support import TINY, BigramSource, killed_at_epoch, tiny_corpus, write_corpus
 
@@ -304,7 +304,7 @@ def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, 
     from lmgrid.neural.data import LMData
     from lmgrid.neural.model_io import load_run
     from lmgrid.neural.module import evaluate
-    from lmgrid.vocab import Vocab
+    from lmgrid.data.vocab import Vocab
 
     calls = []
     forward = LSTMLM.forward

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from lmgrid.errors import LmgridError
-from lmgrid.neural.hparams import DEFAULTS, JOB_KEYS, NOT_COMPUTING, resolve_hparams
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.settings import DEFAULTS, JOB_KEYS, NOT_COMPUTING, resolve_hparams
 
 
 def test_training_defaults_come_from_the_schema_only(repo):

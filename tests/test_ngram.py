@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from lmgrid.cli import main
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.ngram import arpa
 from lmgrid.ngram.counts import count_sentences, load, save
 from lmgrid.ngram.estimate import METHODS, estimate
 from lmgrid.ngram.model import NgramModel, load_run
-from lmgrid.ppl import BOS, EOS, PAD, UNK
-from lmgrid.vocab import Vocab, build
+from lmgrid.data.ppl import BOS, EOS, PAD, UNK
+from lmgrid.data.vocab import Vocab, build
 
 WORDS = "the a cat dog sat ran on mat fast slowly".split()
 
@@ -248,7 +248,7 @@ def test_counts_file_is_checked_against_its_vocabulary(tmp_path):
 
 
 def test_file_reader_matches_the_corpus_reader(tmp_path):
-    from lmgrid.corpus import load_split
+    from lmgrid.data.corpus import load_split
     from lmgrid.ngram.counts import read_stream, stream
 
     path = tmp_path / "t.txt"

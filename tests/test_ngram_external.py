@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from lmgrid.cli import main
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.ngram import arpa
 from lmgrid.ngram.counts import count_file, open_tables, save
 from lmgrid.ngram.estimate import METHODS, estimate, estimate_tables
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import NgramModel, load_run, score_splits
 from lmgrid.ngram.store import Filler
-from lmgrid.ppl import BOS, PAD
-from lmgrid.vocab import build
+from lmgrid.data.ppl import BOS, PAD
+from lmgrid.data.vocab import build
 
 
 def zipf_corpus(n: int, seed: int, v: int = 300) -> list[list[str]]:

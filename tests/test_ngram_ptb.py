@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from lmgrid.corpus import load_split
+from lmgrid.data.corpus import load_split
 from lmgrid.ngram import arpa
 from lmgrid.ngram.counts import count_sentences
 from lmgrid.ngram.estimate import estimate
 from lmgrid.ngram.model import NgramModel
-from lmgrid.ppl import BOS, PAD
-from lmgrid.vocab import build
+from lmgrid.data.ppl import BOS, PAD
+from lmgrid.data.vocab import build
 
 pytestmark = pytest.mark.ptb
 PUBLISHED_TEST_PPL = {3: 148.3, 5: 141.2}

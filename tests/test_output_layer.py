@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 
 from lmgrid import cli, lm
-from lmgrid.corpus import load_split
-from lmgrid.errors import LmgridError
+from lmgrid.data.corpus import load_split
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import adaptive, build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.models.adaptive import AdaptiveHead, adaptive_cutoffs
 from lmgrid.neural.data import IGNORE, LMData
 from lmgrid.neural.module import batch_nll, evaluate
-from lmgrid.ppl import perplexity
-from lmgrid.vocab import Vocab
+from lmgrid.data.ppl import perplexity
+from lmgrid.data.vocab import Vocab
 
 from test_neural_support import tiny_corpus
 from test_neural_train import train
@@ -82,7 +82,7 @@ def test_cutoffs_of_ptb_are_near_2000_and_6000(ptb_dir):
     seed_table preset and its docs quote.  Kills: counts taken in another order than the vocabulary's ids (by
     token string, say), or the rule applied to the counts of another split; the negative control, the cutoffs
     from the shuffled counts, breaks the rule for the real ones."""
-    from lmgrid.vocab import build
+    from lmgrid.data.vocab import build
 
     vocab = build(load_split(ptb_dir / "ptb.train.txt"))
     counts = [vocab.counts.get(t, 0) for t in vocab.tokens]
@@ -384,7 +384,7 @@ def test_mlflow_pyfunc_model_scores_like_the_run(trained, tmp_path):
     import mlflow.pyfunc
     import pandas as pd
 
-    from lmgrid.aggregate.pyfunc_model import LmgridPyfunc, perplexity_of
+    from lmgrid.tracking.pyfunc_model import LmgridPyfunc, perplexity_of
 
     c, runs = trained
     metrics, run_dir = runs["window"]

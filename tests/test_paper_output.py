@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from matplotlib.text import Text
 
-from lmgrid.aggregate import build, findings, layout, plots, tables
-from lmgrid.aggregate.fixtures import write_fake_results
+from lmgrid.analysis import build, findings, layout, plots, tables
+from lmgrid.analysis.fixtures import write_fake_results
 
 REAL_SAVE = plots.save
 CORPUS = "pp"
@@ -93,7 +93,7 @@ def test_no_title_or_label_runs_off_the_figure(built, tmp_path, monkeypatch):
     assert any(stem.endswith("gates_vs_position") for stem in figs)
     assert {stem: p for stem, fig in figs.items() if (p := clipped_text(fig))} == {}
 
-    from lmgrid.aggregate import gate_plots
+    from lmgrid.analysis import gate_plots
     lstm_only = {**STUDIES["gates"], "arch": ["lstm"]}
 
     def position_figure(root):

@@ -3,11 +3,11 @@ import math
 
 import pytest
 
-from lmgrid.oracle import run as oracle_run
-from lmgrid.oracle import write_sample
-from lmgrid.ppl import counted_tokens, perplexity, targets
-from lmgrid.synth import Grammar
-from lmgrid.vocab import build
+from lmgrid.data.oracle import run as oracle_run
+from lmgrid.data.oracle import write_sample
+from lmgrid.data.ppl import counted_tokens, perplexity, targets
+from lmgrid.data.synth import Grammar
+from lmgrid.data.vocab import build
 
 
 def test_targets_and_counting():

@@ -16,12 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmgrid.dryrun import Job, Plan
-from lmgrid.errors import LmgridError
-from lmgrid.eta import Task, wall_s
-from lmgrid.progress import format_plan, format_status, grid_status, left
-from lmgrid.run_record import RunRecord, SplitScore
-from lmgrid.runkey import RunKey, beside_runs
+from lmgrid.orchestration.dryrun import Job, Plan
+from lmgrid.common.errors import LmgridError
+from lmgrid.orchestration.eta import Task, wall_s
+from lmgrid.orchestration.progress import format_plan, format_status, grid_status, left
+from lmgrid.run.record import RunRecord, SplitScore
+from lmgrid.run.key import RunKey, beside_runs
 
 CONFIG = {"corpus": {"name": "c"},
           "studies": {"a": {"arch": ["lstm"], "n_step": [2, 3, 5], "layers": [1], "impl": ["torch"], "seed": [1],
@@ -72,7 +72,7 @@ def grid(tmp_path, monkeypatch):
     os.utime(log, (now - 600, now - 600))
     # Status is read at the fixture's moment: on a loaded machine the seconds between writing the fixture and
     # reading it would otherwise move "epoch ends in" and the time spent.
-    monkeypatch.setattr("lmgrid.progress.time", SimpleNamespace(time=lambda: now))
+    monkeypatch.setattr("lmgrid.orchestration.progress.time", SimpleNamespace(time=lambda: now))
     return tmp_path
 
 
@@ -100,7 +100,7 @@ def test_status_of_a_finished_grid_shows_each_cell_valid_and_test_ppl(tmp_path, 
     """`lmgrid status` on a grid where Snakemake would run nothing: one row per cell with its valid and test PPL from
     its metrics.json, and no empty columns.  Negative control, the mutation it kills: a status that does not read the
     results (the 53 "done" rows with empty columns of issue 28)."""
-    from lmgrid import progress
+    from lmgrid.orchestration import progress
 
     monkeypatch.chdir(tmp_path)
     keys = [LSTM[2], LSTM[3], LSTM[5], KN]
@@ -163,7 +163,7 @@ def test_status_command_reads_the_config(tmp_path, repo):
     assert r.returncode == 0, r.stderr
     import yaml
 
-    from lmgrid.runkey import all_runs
+    from lmgrid.run.key import all_runs
 
     n = len(all_runs(yaml.safe_load((repo / "config.yaml").read_text())["studies"]))
     assert f"# nothing_yet: {n} cells: 0 done, 0 running, 0 failed, {n} pending" in r.stdout
@@ -187,7 +187,7 @@ def test_plan_with_an_unreachable_download_names_the_way_out(tmp_path, repo, mon
     """With corpus.download's server out of reach and no local copy, `lmgrid plan` stops with one line naming the
     URL and the local alternatives. Negative control, the mutation it kills: Snakemake's bare message passed on
     (explain returning its input), which names neither $LMGRID_PTB_DIR nor corpus.files."""
-    from lmgrid import dryrun
+    from lmgrid.orchestration import dryrun
 
     with socket.socket() as s:  # a port nothing listens on: the request is refused at once
         s.bind(("127.0.0.1", 0))
@@ -220,7 +220,7 @@ def test_eta_counts_every_job_left_on_the_cores(tmp_path, monkeypatch):
         _done(key, 10.0)
     for rule, seconds in (("summary", 2.0), ("aggregate", 6.0), ("mlflow_sync", 15.0)):
         Path(f"results/c/benchmarks/{rule}.tsv").write_text(f"s\th:m:s\n{seconds}\t0:00:{int(seconds):02d}\n")
-    from lmgrid.report import REPORT_BENCHMARK, record_s
+    from lmgrid.analysis.report import REPORT_BENCHMARK, record_s
 
     record_s(9.0)
     assert Path(REPORT_BENCHMARK).read_text().splitlines()[1].startswith("9.0000\t0:00:09")
@@ -244,7 +244,7 @@ def test_eta_counts_every_job_left_on_the_cores(tmp_path, monkeypatch):
     after[2].last_s = 12.0
     assert left(config, status, plan, cores=2).others[2][2:] == (12.0, "last run")
     after[2].last_s = None
-    from lmgrid.eta import DEFAULT_S
+    from lmgrid.orchestration.eta import DEFAULT_S
 
     assert left(config, status, plan, cores=2).others[2][2:] == (DEFAULT_S["mlflow_sync"], "default")
     text = format_plan(config, status, rest)
@@ -262,7 +262,7 @@ def test_eta_of_a_test_time_job_reads_the_per_job_benchmark_files(tmp_path, monk
     benchmarks/<rule>.tsv for them (falls to the default); a mode match by suffix alone, so `cache` also takes
     the `dynamic+cache` files (the negative control runs that variant and sees its estimate move)."""
     monkeypatch.chdir(tmp_path)
-    from lmgrid import eta
+    from lmgrid.orchestration import eta
 
     cell = {"arch": "lstm", "impl": "torch", "n_step": "0", "layers": "2", "regime": "stream"}
     runs = beside_runs("benchmarks/token_scores", "_{mode}.tsv")

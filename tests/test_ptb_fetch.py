@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmgrid.config import check, load_schema
-from lmgrid.errors import LmgridError
+from lmgrid.orchestration.config import check, load_schema
+from lmgrid.common.errors import LmgridError
 
 pytestmark = pytest.mark.ptb
 
@@ -204,8 +204,8 @@ def test_ptb_dir_without_the_files_is_one_line(monkeypatch, tmp_path):
 
 def test_the_ptb_preset_is_valid_and_holds_the_readme_sums(repo, monkeypatch, ptb_dir):
     """kills: a preset whose sums differ from the published ones, or that the config check rejects."""
-    from lmgrid.config import load_config
-    from lmgrid.rawdata import ptb_sources
+    from lmgrid.orchestration.config import load_config
+    from lmgrid.data.rawdata import ptb_sources
 
     monkeypatch.chdir(repo)
     monkeypatch.delenv("LMGRID_PTB_DIR", raising=False)

@@ -15,21 +15,21 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmgrid.config import apply_seeds, load_config
+from lmgrid.orchestration.config import apply_seeds, load_config
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
-from lmgrid.neural.hparams import MODEL_KEYS, resolve_hparams
+from lmgrid.run.settings import MODEL_KEYS, resolve_hparams
 from lmgrid.neural.schedule import PlateauSchedule
 from lmgrid.neural.train import schedule_settings
-from lmgrid.reference import COLUMNS, NOT_RUN, published_setting
-from lmgrid.runkey import NEURAL_ARCHS, all_runs
-from lmgrid.scales import scales_of
+from lmgrid.analysis.reference import COLUMNS, NOT_RUN, published_setting
+from lmgrid.run.key import NEURAL_ARCHS, all_runs
+from lmgrid.orchestration.scales import scales_of
 
 from tinygrid import planned_jobs, snakemake
 
 PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
 # Run end to end (smoke-sized) in CI: every preset but course_report_full, which runs there as course_report's scale
-# `full` (lmgrid.scales); it is dry-run alone with the others.
+# `full` (lmgrid.orchestration.scales); it is dry-run alone with the others.
 END_TO_END = tuple(p for p in PRESETS if p != "course_report_full")
 SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
          "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper"}
@@ -130,7 +130,7 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
     for row, want in zip(ref.itertuples(), wanted):
         if row.model != want["model"] or row.published_test_ppl != want["published_test_ppl"]:
             out.append(f"{row.model}: not the configured row")
-        if want.get("combine"):  # one fitted mixture of the preset's cells (lmgrid.combine): no runs of its own
+        if want.get("combine"):  # one fitted mixture of the preset's cells (lmgrid.testtime.combine): no runs of its own
             if row.ours == NOT_RUN or not row.test_ppl_mean > 1:
                 out.append(f"{row.model}: combination {want['combine']} without its result")
             elif row.difference != pytest.approx(row.test_ppl_mean - row.published_test_ppl):

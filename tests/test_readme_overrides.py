@@ -1,6 +1,6 @@
 """Each override example of docs/configuration.md ("Configuration and overrides"; README.md links it) through the real
 command line, dry-run only: the shell's quoting, then make's (`make dry`, which passes CONFIG/SET to Snakemake exactly as `make run` does), then
-Snakemake's --config parsing, then lmgrid.config's."""
+Snakemake's --config parsing, then lmgrid.orchestration.config's."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmgrid.config import parse_assignments
+from lmgrid.orchestration.config import parse_assignments
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
@@ -29,7 +29,7 @@ def test_make_run_and_make_dry_pass_the_same_arguments():
     rules = (REPO / "Makefile").read_text()
     run = re.search(r"^run:.*\n((?:\t.*\n)+)", rules, re.M).group(1).splitlines()
     dry = re.search(r"^dry:.*\n((?:\t.*\n)+)", rules, re.M).group(1).splitlines()
-    # Each: the config's scales first (lmgrid.scales, with the same CONFIG, and SET from the environment), then the
+    # Each: the config's scales first (lmgrid.orchestration.scales, with the same CONFIG, and SET from the environment), then the
     # config itself.
     assert re.search(r"scales-run \$\(if \$\(CONFIG\),--configfile \$\(CONFIG\)\) -- \$\(SMK\) --cores \$\(CORES\)",
                      run[0]), run
@@ -71,7 +71,7 @@ def test_the_readme_values_parse_as_written():
 
 def test_a_set_value_whose_end_quote_snakemake_stripped_gets_it_back():
     """Snakemake's --config strips the quotes at both ends of a value: `set="a='x y'"` arrives as `a='x y`."""
-    from lmgrid.config import apply_overrides
+    from lmgrid.orchestration.config import apply_overrides
 
     config: dict = {}
     apply_overrides(config, cli_config={"set": "studies.s.description='x y"})

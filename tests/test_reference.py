@@ -8,16 +8,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lmgrid import reference as ref_mod
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import write_json
-from lmgrid.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
+from lmgrid.analysis import reference as ref_mod
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import write_json
+from lmgrid.analysis.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
 
 SMALL = {"hidden_dim": 200, "dropout": 0.0, "tie_weights": False, "bptt": 20}
 
 
 def _score(ppl: float) -> dict:
-    """A split's full score (lmgrid.run_record): the PPL is what these tests vary."""
+    """A split's full score (lmgrid.run.record): the PPL is what these tests vary."""
     return {"ppl": ppl, "nll_nats": 1000 * math.log(ppl), "tokens": 1000, "oov_tokens": 0}
 
 

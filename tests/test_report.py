@@ -20,9 +20,9 @@ import yaml
 from conftest import REPO
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-from lmgrid.aggregate import layout
-from lmgrid.aggregate.fixtures import write_fake_results
-from lmgrid.runkey import expand_study
+from lmgrid.analysis import layout
+from lmgrid.analysis.fixtures import write_fake_results
+from lmgrid.run.key import expand_study
 
 pytestmark = pytest.mark.full  # Snakemake runs (tests/tiers.py)
 

@@ -197,8 +197,8 @@ def _train_records(grid: Path):
 def _todays_params(path: str) -> list[str]:
     import json
 
-    from lmgrid.neural.hparams import resolve_hparams
-    from lmgrid.runkey import beside_runs
+    from lmgrid.run.settings import resolve_hparams
+    from lmgrid.run.key import beside_runs
 
     run_dir = str(Path(path).parent)
     arch = run_dir.split("/")[3]

@@ -1,4 +1,4 @@
-"""lmgrid.run_record: the one writer and reader of a run's metrics.json (docs/contracts.md, "A run folder").
+"""lmgrid.run.record: the one writer and reader of a run's metrics.json (docs/contracts.md, "A run folder").
 
 Each test names in its docstring the mutation of the code it kills; each was seen failing with it applied."""
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from lmgrid.aggregate.fixtures import write_run
-from lmgrid.aggregate.tracking import cell_payload
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import write_json
+from lmgrid.analysis.fixtures import write_run
+from lmgrid.tracking.mirror import cell_payload
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import write_json
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import train_run
-from lmgrid.run_record import VERSION, RunRecord
-from lmgrid.runkey import RunKey, normalise
-from lmgrid.vocab import Vocab
+from lmgrid.run.record import VERSION, RunRecord
+from lmgrid.run.key import RunKey, normalise
+from lmgrid.data.vocab import Vocab
 
 from test_neural_support import tiny_corpus
 
@@ -131,12 +131,12 @@ def test_bad_json_is_one_line_naming_the_file(tmp_path):
 
 
 def test_no_module_but_run_record_names_the_file():
-    """Every reader goes through RunRecord: outside lmgrid.run_record no code names "metrics.json" (docstrings and
+    """Every reader goes through RunRecord: outside lmgrid.run.record no code names "metrics.json" (docstrings and
     help texts may).  Kills: a reader put back that opens the file itself (embed.pipeline reading the valid PPL
     with read_json(run_dir / "metrics.json"))."""
     found = []
     for f in sorted(SRC.rglob("*.py")):
-        if f.name == "run_record.py":
+        if f.relative_to(SRC).as_posix() == "run/record.py":
             continue
         tree = ast.parse(f.read_text(), str(f))
         docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from lmgrid.errors import LmgridError
-from lmgrid.neural.hparams import COMPUTING, DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.settings import COMPUTING, DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS
 from lmgrid.run import spec as spec_mod
 from lmgrid.run.spec import CONTRACT_1_TRIGGERS, NO_PARAM, RunSpec, model_config_defaults, spec_path
-from lmgrid.runkey import RunKey
-from lmgrid.schema import train_settings
+from lmgrid.run.key import RunKey
+from lmgrid.run.schema import train_settings
 
 
 def cell(**train) -> RunSpec:

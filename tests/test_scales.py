@@ -1,4 +1,4 @@
-"""Scales (lmgrid.scales): a config's `scales:` run by the same `make run`, and their gate answers side by side."""
+"""Scales (lmgrid.orchestration.scales): a config's `scales:` run by the same `make run`, and their gate answers side by side."""
 from __future__ import annotations
 
 import shutil
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmgrid.config import load_config
-from lmgrid.errors import LmgridError
-from lmgrid.scales import compare, run_scales, scales_of, write_comparison
+from lmgrid.orchestration.config import load_config
+from lmgrid.common.errors import LmgridError
+from lmgrid.orchestration.scales import compare, run_scales, scales_of, write_comparison
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_the_comparison_sets_each_scales_answer_side_by_side(tmp_path):
 def test_status_and_plan_show_each_scale_before_the_config(work, monkeypatch, capsys):
     """Kills "make status/plan show the config alone" (a scale's cells, which `make run` trains first, unlisted):
     the scale's table comes first, with its own files and SET."""
-    from lmgrid import progress
+    from lmgrid.orchestration import progress
 
     calls = []
     monkeypatch.setattr(progress, "_one", lambda command, files, assignments, cores: calls.append((files, assignments)))

@@ -16,13 +16,13 @@ import math
 
 import pytest
 
-from lmgrid.corpus import load_split
+from lmgrid.data.corpus import load_split
 from lmgrid.neural import module as module_mod
 from lmgrid.neural.data import IGNORE, LMData, batchify, encode, sentence_rows, stream_tokens
 from lmgrid.neural.model_io import load_run
 from lmgrid.neural.module import evaluate
-from lmgrid.ppl import EOS, PAD
-from lmgrid.vocab import Vocab
+from lmgrid.data.ppl import EOS, PAD
+from lmgrid.data.vocab import Vocab
 
 from test_neural_support import TopicSource, write_corpus
 from test_neural_train import train

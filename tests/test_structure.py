@@ -1,4 +1,5 @@
-"""The package's import floors and the workflow profiles' places: checks that need no run."""
+"""The package's import floors (between modules and between packages), the tree's shape and the workflow
+profiles' places: checks that need no run."""
 from __future__ import annotations
 
 import ast
@@ -63,13 +64,49 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_a_floor_above_it():
     """Each module imports only from modules below it: no import circle, not even through a deferred import.
 
-    kills: warm.py importing lmgrid.cli (for main) while cli imports warm; config.py and neural/hparams.py
-    importing each other (the schema reader back in config.py)."""
+    kills: orchestration/warm.py importing lmgrid.cli (for main) while cli imports warm; orchestration/config.py and run/settings.py
+    importing each other (the schema reader back in orchestration/config.py)."""
     assert cycles(import_graph()) == []
 
 
 def test_the_check_sees_a_deferred_circle():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b", "a"]]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto lmgrid's packages (`lmgrid.neural.train` -> `lmgrid.neural`); a module at the
+    top (`lmgrid.cli`, `lmgrid.lm`) is a unit of its own.  Imports within a package are dropped."""
+    def unit(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(unit(m), set()).update(unit(d) for d in deps if unit(d) != unit(m))
+    return out
+
+
+def test_no_package_imports_one_that_imports_it():
+    """The packages form floors too: data below ngram and neural, the run contract below training, training below
+    test time, analysis and tracking; no package reaches one that reaches it back.
+
+    kills: a package loop put back, as before the folders were the stages: neural/cli importing the live-logging
+    tags from the analysis layer, which reaches the models through the pyfunc model (the negative control adds that
+    one import to the real graph and the check finds the loop)."""
+    graph = import_graph()
+    assert cycles(package_graph(graph)) == []
+    mutant = {m: set(d) for m, d in graph.items()}
+    mutant["lmgrid.neural.cli"].add("lmgrid.tracking.mirror")
+    assert any("lmgrid.neural" in c and "lmgrid.tracking" in c for c in cycles(package_graph(mutant)))
+
+
+# The top of src/lmgrid holds the entry points only; every other module sits in the package of its stage.
+TOP_MODULES = {"__init__.py", "__main__.py", "cli.py", "lm.py"}
+
+
+def test_the_top_level_holds_only_the_entry_points():
+    """Kills: a module added loose at the top of src/lmgrid (the tree no longer reads as the pipeline's stages)."""
+    loose = {f.name for f in (SRC / "lmgrid").glob("*.py")} - TOP_MODULES
+    assert loose == set(), f"put {sorted(loose)} into the package of its stage (docs/architecture.md)"
 
 
 def test_profiles_sit_where_snakemake_looks_for_them():

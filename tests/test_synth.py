@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from lmgrid.synth import Grammar, GrammarConfig
+from lmgrid.data.synth import Grammar, GrammarConfig
 
 # Small enough to enumerate (6120 derivations) yet exercising every construction:
 # number, PP and both relative clauses, adverbs, and the bracketed aside.

@@ -1,6 +1,6 @@
 """Vocabulary stage: train only, specials first, cut-offs, OOV report."""
-from lmgrid.fileio import read_json
-from lmgrid.vocab import SPECIALS, Vocab, build, oov_report, run
+from lmgrid.common.fileio import read_json
+from lmgrid.data.vocab import SPECIALS, Vocab, build, oov_report, run
 
 
 def test_specials_order_counts_and_cutoffs():

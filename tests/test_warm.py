@@ -1,4 +1,4 @@
-"""Training jobs forked from a warm server (lmgrid.warm) behave like jobs run in their own process."""
+"""Training jobs forked from a warm server (lmgrid.orchestration.warm) behave like jobs run in their own process."""
 from __future__ import annotations
 
 import json
@@ -110,12 +110,12 @@ def test_without_a_server_the_job_runs_in_its_own_process(tmp_path):
 
 ALLOC_MIB, CPU_S = 200, 0.5
 # A job of known cost, run as the warm server runs a training job (its `run`), or in a process of its own: it
-# allocates ALLOC_MIB and touches every page, spends CPU_S of CPU time, then writes what lmgrid.resources.own_usage
+# allocates ALLOC_MIB and touches every page, spends CPU_S of CPU time, then writes what lmgrid.common.resources.own_usage
 # measured (what lmgrid train and lmgrid ngram write into metrics.json) and its RSS before the allocation.
 KNOWN_JOB = f"""
 import json, os, sys, time
 def job(argv):
-    from lmgrid.resources import own_usage
+    from lmgrid.common.resources import own_usage
     with open("/proc/self/statm") as fh:
         rss_before_mib = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
     block = bytearray({ALLOC_MIB} * 2 ** 20)
@@ -142,18 +142,18 @@ def _run_measured(cmd: list[str], **kw) -> tuple[int, float, float]:
 @pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="needs Linux /proc")
 def test_resource_figures_are_the_training_process_own_with_and_without_the_server(tmp_path):
     """A job that allocates 200 MiB and spends 0.5 s of CPU reports at least that (peak RSS above its RSS before
-    the allocation by 200 MiB, CPU time >= 0.5 s) through lmgrid.resources, whether the warm server forked it or it
+    the allocation by 200 MiB, CPU time >= 0.5 s) through lmgrid.common.resources, whether the warm server forked it or it
     ran in its own process.  Negative control, the mutation it kills: taking the figures from the job's own process
     as Snakemake's benchmark does, which under the server is the thin client (measured here by wait4 as Snakemake
     would): it misses the allocation and the CPU time."""
     sock, log = tmp_path / "s.sock", tmp_path / "server.log"
-    server_code = KNOWN_JOB + "from lmgrid.warm import serve\nserve(sys.argv[1], int(sys.argv[2]), 300.0, run=job)\n"
+    server_code = KNOWN_JOB + "from lmgrid.orchestration.warm import serve\nserve(sys.argv[1], int(sys.argv[2]), 300.0, run=job)\n"
     with log.open("w") as out:
         server = subprocess.Popen([sys.executable, "-c", server_code, str(sock), str(os.getpid())], stdout=out,
                                   stderr=subprocess.STDOUT, env=env(), start_new_session=True)
     try:
         assert wait_for(sock.exists), log.read_text()
-        client = "import sys\nfrom lmgrid.warm import run_via_server\nsys.exit(run_via_server(sys.argv[1:]) or 0)\n"
+        client = "import sys\nfrom lmgrid.orchestration.warm import run_via_server\nsys.exit(run_via_server(sys.argv[1:]) or 0)\n"
         status, client_rss, client_cpu = _run_measured(
             [sys.executable, "-c", client, "job", str(tmp_path / "warm.json")], env=env(LMGRID_WARM_SOCKET=str(sock)))
         assert status == 0 and "job " in log.read_text()  # the server forked it
@@ -303,8 +303,8 @@ if os.environ.get("FAKE_CUDA_INITIALISED") == "1":
     import torch
     torch.cuda.is_initialized = lambda: True
     if os.environ.get("GUARD_REMOVED") == "1":
-        import lmgrid.warm
-        lmgrid.warm.cuda_initialized = lambda: False
+        import lmgrid.orchestration.warm
+        lmgrid.orchestration.warm.cuda_initialized = lambda: False
 '''
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.models import lstm as lstm_mod

@@ -50,7 +50,7 @@ def test_changing_a_value_reruns_only_its_dependents(finished, repo):
 
 
 def test_a_cut_at_its_neutral_value_reruns_nothing(finished, repo):
-    """corpus.max_sentences stated at its neutral value over a finished grid: nothing to do (lmgrid.config drops it,
+    """corpus.max_sentences stated at its neutral value over a finished grid: nothing to do (lmgrid.orchestration.config drops it,
     and the corpus rule's options name only the splits a cut applies to).  Kills `--max-sentences SPLIT=0` for every
     split in the corpus options, and a neutral value kept in the config (mlflow_sync's data settings would change).
     Control, run here: a corpus setting that does change (lowercase) plans the corpus stage again, so "nothing to
@@ -67,7 +67,7 @@ def test_the_corpus_command_without_a_cut_is_the_one_it_always_was(tmp_path, rep
     corpus.max_sentences, and with it at 0, exactly the command of the code before the key existed (its params are
     what a grid finished then recorded: any change would rerun the corpus stage and everything after it); with a cut,
     that command plus the splits cut.  Kills `--max-sentences SPLIT=0` emitted for every split, and a neutral value
-    kept (lmgrid.config.drop_neutral_cut).  Control, run here: a real cut changes the command."""
+    kept (lmgrid.orchestration.config.drop_neutral_cut).  Control, run here: a real cut changes the command."""
     (tmp_path / "all.txt").write_text("w1 x\nw2 y\n" * 30)
     write_config(tmp_path, {"corpus": {"name": "t", "kind": "text", "text": {"path": "all.txt"}},
                             "studies": {"s": {"arch": ["kn"], "n_step": [2]}}})
@@ -154,7 +154,7 @@ def test_make_dry_fits_a_screenful(repo):
 
 def test_building_the_dag_does_not_import_torch():
     """What the Snakefile imports must stay light, so that `snakemake -n` answers in seconds."""
-    code = "import sys, lmgrid.config, lmgrid.runkey, lmgrid.errors; print('torch' in sys.modules)"
+    code = "import sys, lmgrid.orchestration.config, lmgrid.run.key, lmgrid.common.errors; print('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
 
@@ -219,7 +219,7 @@ def test_a_run_of_some_targets_says_the_report_waits_for_a_full_run(tmp_path, re
 
 
 def test_a_failed_run_removes_a_stale_report(tmp_path, monkeypatch):
-    from lmgrid.report import drop_if_stale
+    from lmgrid.analysis.report import drop_if_stale
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results" / "c").mkdir(parents=True)
@@ -234,7 +234,7 @@ def _browser_or_skip():
     import importlib.util
     import os
 
-    from lmgrid.report import chromium
+    from lmgrid.analysis.report import chromium
 
     missing = ("playwright is not installed" if importlib.util.find_spec("playwright") is None
                else "no Chromium (apt-get install chromium)" if chromium() is None else None)
@@ -248,7 +248,7 @@ def test_the_report_opens_in_a_real_browser(finished, tmp_path):
     """Headless Chromium: no console or page error while it loads and each results entry opens; every embedded
     image decodes.  A copy with a broken image and a console error must fail the same check."""
     _browser_or_skip()
-    from lmgrid.report import check
+    from lmgrid.analysis.report import check
 
     n, problems = check(finished / "results" / "report.html")
     assert n >= 3 and problems == []  # summary, table, figure
@@ -270,7 +270,7 @@ def test_embeddings_job_writes_vectors_scores_and_study_outputs(finished, repo):
     rerun nothing)."""
     import pandas as pd
 
-    from lmgrid.runkey import all_runs
+    from lmgrid.run.key import all_runs
 
     res = finished / "results" / "tiny"
     table = pd.read_csv(res / "embeddings" / "embeddings.csv")

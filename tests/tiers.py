@@ -28,7 +28,7 @@ import pytest
 
 FULL = "full"
 IMPLY_FULL = ("slow", "ptb")
-# lmgrid's user commands that build Snakemake's DAG in their own process (lmgrid.dryrun)
+# lmgrid's user commands that build Snakemake's DAG in their own process (lmgrid.orchestration.dryrun)
 DAG_COMMANDS = frozenset({"plan", "status", "scales-run"})
 # Fixtures that are the full tier by what they are, before anything runs
 HEAVY_FIXTURES = {"ptb_dir": "reads the Penn Treebank"}

@@ -10,8 +10,8 @@ figures), and exits 0 only when every step passed (1: a step failed; 2: no GPU w
 
 The GPU machine lent to this project has torch, Lightning, pandas, scipy, numpy, PyYAML, pytest, but not
 Snakemake, MLflow, gensim or jsonschema, and reaches no package registry.  So nothing is carried: the check's code
-path avoids them.  It never imports the workflow (Snakefile, lmgrid.dryrun), resolves the preset with lmgrid.config's
-layering and schema defaults but without its jsonschema pass, and lmgrid.neural.hparams skips its type check where
+path avoids them.  It never imports the workflow (Snakefile, lmgrid.orchestration.dryrun), resolves the preset with lmgrid.orchestration.config's
+layering and schema defaults but without its jsonschema pass, and lmgrid.run.settings skips its type check where
 jsonschema is missing (the one change lmgrid needed).  These four modules are blocked in this process and in every
 child it starts (BLOCK), so the --dry form on a CPU machine that has them proves the same path works without.
 
@@ -97,7 +97,7 @@ class Check:
             result = fn(self, *a)
             print(f"ok {name} ({time.time() - t:.1f} s)", flush=True)
         except Exception as e:  # noqa: BLE001 - every failure is reported, the next steps still run
-            from lmgrid.errors import LmgridError
+            from lmgrid.common.errors import LmgridError
 
             if not isinstance(e, (CheckFailed, LmgridError)):
                 traceback.print_exc(file=sys.stdout)
@@ -132,12 +132,12 @@ def ptb_dir(args) -> Path | None:
 
 
 def step_config(check: Check) -> dict:
-    """The preset as the workflow layers it (lmgrid.config's merge, `replace:` sections, schema defaults, semantic
+    """The preset as the workflow layers it (lmgrid.orchestration.config's merge, `replace:` sections, schema defaults, semantic
     checks), without the jsonschema pass; then the medium cell and its resolved training settings."""
-    from lmgrid.config import _merge, apply_overrides, apply_seeds, check_semantics, fill_defaults
-    from lmgrid.neural.hparams import resolve_hparams
-    from lmgrid.runkey import expand_study
-    from lmgrid.schema import load_schema, load_yaml
+    from lmgrid.orchestration.config import _merge, apply_overrides, apply_seeds, check_semantics, fill_defaults
+    from lmgrid.run.settings import resolve_hparams
+    from lmgrid.run.key import expand_study
+    from lmgrid.run.schema import load_schema, load_yaml
 
     files = [str(REPO / "config.yaml"), str(Path(check.args.preset).resolve())]
     config: dict = {}
@@ -163,9 +163,9 @@ def step_config(check: Check) -> dict:
 def step_data(check: Check, cfg: dict) -> dict:
     """The PTB files the preset's corpus resolves to, their sha256 checked, through the corpus and vocab stages;
     and the small corpus (the first sentences of each split) that the one-step runs of every arch train on."""
-    from lmgrid import corpus as corpus_mod
-    from lmgrid import vocab as vocab_mod
-    from lmgrid.rawdata import ptb_sources, verify
+    from lmgrid.data import corpus as corpus_mod
+    from lmgrid.data import vocab as vocab_mod
+    from lmgrid.data.rawdata import ptb_sources, verify
 
     corpus = cfg["config"]["corpus"]
     source = ptb_sources(corpus)
@@ -202,7 +202,7 @@ def step_imports(check: Check) -> dict:
 
     import lmgrid.neural.placement  # noqa: F401 - the modules the GPU steps use, imported as they will be
     import lmgrid.neural.train  # noqa: F401
-    import lmgrid.warm  # noqa: F401
+    import lmgrid.orchestration.warm  # noqa: F401
 
     versions = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_cuda": torch.version.cuda,
                 "lightning": pl.__version__, "blocked": list(ABSENT)}
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(REPO)
     found = ptb_dir(args)
     if found is not None:
-        os.environ["LMGRID_PTB_DIR"] = str(found)  # where the preset's corpus finds it (lmgrid.rawdata)
+        os.environ["LMGRID_PTB_DIR"] = str(found)  # where the preset's corpus finds it (lmgrid.data.rawdata)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         check = Check(out, Path(work), args)
         if not args.dry:

@@ -46,13 +46,13 @@ SERVER = """import os, torch
 if os.environ.get("GPU_CHECK_INIT_CUDA") == "1":
     torch.zeros(1, device="cuda")
     print("server: CUDA initialised:", torch.cuda.is_initialized(), flush=True)
-from lmgrid import warm
+from lmgrid.orchestration import warm
 warm.serve(sys.argv[1], int(sys.argv[2]), idle_s=120, run=lambda argv: 0)
 """
 
 
 def arch_runs() -> list[tuple[str, str, str, str]]:
-    from lmgrid.runkey import IMPLS, NEURAL_ARCHS
+    from lmgrid.run.key import IMPLS, NEURAL_ARCHS
 
     return [(arch, impl, out, p) for p in PRECISIONS for arch in NEURAL_ARCHS
             for impl in IMPLS.get(arch, ("torch",)) for out in OUTPUTS]
@@ -137,7 +137,7 @@ def step_medium(check, cfg, data, precision: str, tokens: int) -> dict:
 
 
 def step_archs(check, cfg, data) -> list:
-    from lmgrid.runkey import normalise
+    from lmgrid.run.key import normalise
 
     cell, rows, failed = cfg["key"], [], []
     for arch, impl, out, precision in arch_runs():
@@ -232,7 +232,7 @@ def step_resume(check, cfg, data) -> dict:
 
 def ask_server(check, cuda: bool) -> tuple[int | None, str]:
     """A warm server (CUDA initialised in it or not) asked to run one job: run_via_server's answer, its log."""
-    from lmgrid import warm
+    from lmgrid.orchestration import warm
 
     sock, log = check.work / f"warm-{cuda}.sock", check.work / f"warm-{cuda}.log"
     with log.open("w") as fh:
@@ -270,7 +270,7 @@ def step_warm(check) -> dict:
 
 def step_identity(check, cfg, data) -> dict:
     from lmgrid.neural import train as train_mod
-    from lmgrid.neural.hparams import resolve_hparams
+    from lmgrid.run.settings import resolve_hparams
     from lmgrid.neural.placement import plan as place, visible_gpus
     from lmgrid.neural.precision import resolve_precision
 

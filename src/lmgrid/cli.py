@@ -11,8 +11,8 @@ import json
 import os
 import sys
 
-from . import __version__
-from .errors import LmgridError
+from lmgrid import __version__
+from lmgrid.common.errors import LmgridError
 
 # What `lmgrid --help` lists first: the commands a user runs.  Every other command is one a rule runs.
 USER_COMMANDS = ("status", "plan", "score", "generate", "embed")
@@ -69,8 +69,8 @@ def _kv(text: str) -> tuple[str, str]:
 
 
 def cmd_synth(a) -> None:
-    from .oracle import write_sample
-    from .synth import Grammar, GrammarConfig
+    from lmgrid.data.oracle import write_sample
+    from lmgrid.data.synth import Grammar, GrammarConfig
 
     try:
         grammar = Grammar(GrammarConfig(**json.loads(a.grammar)))
@@ -86,14 +86,14 @@ def cmd_synth(a) -> None:
 
 
 def cmd_verify(a) -> None:
-    from .rawdata import verified_copy
+    from lmgrid.data.rawdata import verified_copy
 
     verified_copy(a.src, a.out, a.sha256, a.name)
 
 
 def cmd_corpus(a) -> None:
-    from .corpus import prepare
-    from .rawdata import verify
+    from lmgrid.data.corpus import prepare
+    from lmgrid.data.rawdata import verify
 
     inputs = dict(a.input)
     for split, want in a.sha256:
@@ -113,13 +113,13 @@ def cmd_corpus(a) -> None:
 
 
 def cmd_vocab(a) -> None:
-    from .vocab import run
+    from lmgrid.data.vocab import run
 
     run(a.train, a.valid, a.test, a.out, a.report, a.min_count, a.max_size)
 
 
 def cmd_oracle(a) -> None:
-    from .oracle import run
+    from lmgrid.data.oracle import run
 
     splits = {}
     for name, pair in a.split:
@@ -129,7 +129,7 @@ def cmd_oracle(a) -> None:
 
 
 def cmd_summary(a) -> None:
-    from .summary import write
+    from lmgrid.analysis.summary import write
 
     write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html)
 
@@ -137,13 +137,13 @@ def cmd_summary(a) -> None:
 def cmd_reference(a) -> None:
     import json
 
-    from .reference import write
+    from lmgrid.analysis.reference import write
 
     write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations)
 
 
 def cmd_score(a) -> None:
-    from . import lm
+    from lmgrid import lm
 
     summary = lm.score_file(lm.load(a.run), a.text, a.out)
     print(f"# {summary['sentences']} sentences, {summary['tokens']} counted tokens, "
@@ -151,16 +151,16 @@ def cmd_score(a) -> None:
 
 
 def cmd_generate(a) -> None:
-    from . import lm
+    from lmgrid import lm
 
     for sent in lm.sample(lm.load(a.run), a.n, a.seed, a.temperature, a.top_k, a.max_tokens):
         print(" ".join(sent))
 
 
-# Subcommands contributed by the model families and the aggregation stage: each module
+# Subcommands contributed by the stages (model families, test time, analysis, tracking, orchestration): each module
 # has `register(subparsers)`.
-PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.aggregate.cli", "lmgrid.embed.cli", "lmgrid.combine.cli",
-           "lmgrid.adapt.cli", "lmgrid.scales")
+PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.analysis.cli", "lmgrid.tracking.cli", "lmgrid.embed.cli",
+           "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.orchestration.scales")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,21 +293,21 @@ def _group_commands(p: argparse.ArgumentParser, sub) -> None:
 
 
 def cmd_progress(a) -> None:
-    from .progress import main as progress_main
+    from lmgrid.orchestration.progress import main as progress_main
 
     progress_main(a.command_name, a.configfile, a.set, a.cores)
 
 
 def cmd_warm_server(a) -> None:
-    from .warm import serve
+    from lmgrid.orchestration.warm import serve
 
-    serve(a.socket, a.parent_pid, a.idle_s, run=main)  # warm.py imports nothing of this module
+    serve(a.socket, a.parent_pid, a.idle_s, run=main)  # orchestration/warm.py imports nothing of this module
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
-        from .warm import run_via_server  # a training job runs in a warm process when the workflow started one
+        from lmgrid.orchestration.warm import run_via_server  # a training job runs in a warm process when the workflow started one
 
         status = run_via_server(argv)
         if status is not None:

@@ -10,10 +10,10 @@ import random
 from pathlib import Path
 from typing import Protocol
 
-from .errors import LmgridError
-from .fileio import atomic_write
-from .ppl import BOS, EOS, PAD, perplexity, targets
-from .vocab import Vocab
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.data.ppl import BOS, EOS, PAD, perplexity, targets
+from lmgrid.data.vocab import Vocab
 
 
 class LanguageModel(Protocol):
@@ -33,17 +33,17 @@ def load(run_dir: str | Path) -> LanguageModel:
     if not run_dir.is_dir():
         raise LmgridError(f"{run_dir}: run folder not found")
     if (run_dir / "model.arpa").exists():
-        from .ngram.model import load_run
+        from lmgrid.ngram.model import load_run
         return load_run(run_dir)
     if (run_dir / "model.ckpt").exists():
-        from .neural.model_io import load_run
+        from lmgrid.neural.model_io import load_run
         return load_run(run_dir)
     raise LmgridError(f"{run_dir}: no trained model here (expected model.arpa or model.ckpt)")
 
 
 def score_file(model: LanguageModel, text_path, out_path=None) -> dict:
     """Per-sentence log-prob (nats) and PPL of a text file, and the total PPL."""
-    from .corpus import read_sentences
+    from lmgrid.data.corpus import read_sentences
 
     sentences, _ = read_sentences(text_path)
     per = model.sentence_logprobs(sentences)

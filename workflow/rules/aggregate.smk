@@ -1,8 +1,8 @@
 # Studies after training: tables and figures of every study (one job), then the MLflow mirror (one job,
 # the only writer of the tracking database). Which files a study produces comes from its grid
-# (lmgrid.aggregate.layout), so a study added to config.yaml needs no change here.
-from lmgrid.aggregate.layout import check_mlflow as _check_mlflow
-from lmgrid.aggregate.layout import snakemake_outputs
+# (lmgrid.analysis.layout), so a study added to config.yaml needs no change here.
+from lmgrid.analysis.layout import snakemake_outputs
+from lmgrid.run.live import check_mlflow as _check_mlflow
 
 try:
     _check_mlflow(config["mlflow"], source=CONFIG_SOURCES.of(["mlflow"]))

@@ -1,16 +1,16 @@
-# Per-token scores of the cells the combinations use, and the combinations (lmgrid.combine; docs/contracts.md,
+# Per-token scores of the cells the combinations use, and the combinations (lmgrid.testtime.combine; docs/contracts.md,
 # "Score files").  token_scores is a rule of its own, after training: it re-runs a cell's evaluation pass from its
 # model file (the train and ngram rules are unchanged, so no cell retrains for it); adapt_scores does the same with
 # a test-time mode (a neural cache, dynamic evaluation).  A combination's inputs are
 # its components' score files: a changed component reruns only the combinations that use it.
 import re
 
-from lmgrid.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
-from lmgrid.combine.scorefile import SCORE_DIR
-from lmgrid.combine.select import label as combine_label
-from lmgrid.combine.select import resolve as resolve_combine
-from lmgrid.combine.select import score_dir
-from lmgrid.run_record import EVAL_SPLITS as SCORE_SPLITS
+from lmgrid.testtime.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
+from lmgrid.testtime.combine.scorefile import SCORE_DIR
+from lmgrid.testtime.combine.select import label as combine_label
+from lmgrid.testtime.combine.select import resolve as resolve_combine
+from lmgrid.testtime.combine.select import score_dir
+from lmgrid.run.record import EVAL_SPLITS as SCORE_SPLITS
 
 try:
     COMBINE, _combine_notes = resolve_combine(config)
@@ -64,7 +64,7 @@ rule token_scores:
         "--vocab {input.vocab} --mode {wildcards.mode} --out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
 
 
-# A stream cell scored with a test-time mode (lmgrid.combine.adapted): settings chosen on valid from the config's
+# A stream cell scored with a test-time mode (lmgrid.testtime.combine.adapted): settings chosen on valid from the config's
 # adapt: grids (a params: changing a grid reruns the modes that use it), test scored once; adapt.json records the
 # choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.  Dynamic evaluation with
 # adapt.dynamic.rule rms also reads the train split (its gradient statistics): only then is train.txt an input and

@@ -8,14 +8,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from lmgrid.config import workflow_config
-from lmgrid.corpus import SPLITS
-from lmgrid.errors import LmgridError
-from lmgrid.neural.hparams import COMPUTING
+from lmgrid.orchestration.config import workflow_config
+from lmgrid.data.corpus import SPLITS
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.settings import COMPUTING
 from lmgrid.neural.placement import asks_for_gpus, plan, probe_gpu_bf16, visible_gpus
-from lmgrid.rawdata import ptb_sources
+from lmgrid.data.rawdata import ptb_sources
 from lmgrid.run.spec import CONTRACT_1_TRIGGERS, NO_PARAM, RunSpec, spec_path
-from lmgrid.runkey import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
+from lmgrid.run.key import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
@@ -29,7 +29,7 @@ except LmgridError as _e:
 
 CORPUS = config["corpus"]["name"]
 KIND = config["corpus"]["kind"]
-# kind ptb: local files (corpus.files, else $LMGRID_PTB_DIR) or URLs that rule fetch downloads (lmgrid.rawdata).
+# kind ptb: local files (corpus.files, else $LMGRID_PTB_DIR) or URLs that rule fetch downloads (lmgrid.data.rawdata).
 PTB = ptb_sources(config["corpus"]) if KIND == "ptb" else None
 envvars:
     "PATH",
@@ -81,7 +81,7 @@ def corpus_options(wildcards):
         t = c["text"]
         ratios = t["ratios"]
         opts.append(f"--ratios {ratios['train']} {ratios['valid']} {ratios['test']} --seed {t['seed']}")
-    # Only the splits a cut applies to (lmgrid.config drops those at 0): without corpus.max_sentences this string
+    # Only the splits a cut applies to (lmgrid.orchestration.config drops those at 0): without corpus.max_sentences this string
     # is the one it always was, so a finished corpus stage keeps its params and does not rerun.
     cut = c.get("max_sentences", {})
     opts += [f"--max-sentences {s}={cut[s]}" for s in SPLITS if s in cut]
@@ -109,7 +109,7 @@ _gpu_bf16 = functools.cache(probe_gpu_bf16)  # one child process at most, and on
 
 @functools.cache
 def _cell_spec(arch, impl, n_step, layers, regime, seed):
-    from lmgrid.aggregate.layout import live_logger_kwargs
+    from lmgrid.run.live import live_logger_kwargs
 
     spec = RunSpec.build(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed,
                          corpus=CORPUS, train=config["train"], live_mlflow=live_logger_kwargs(config["mlflow"], CORPUS))
@@ -196,14 +196,14 @@ def write_specs():
         spec.write(spec_path(spec, CORPUS))
 
 
-# Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.warm;
+# Training jobs of a local run fork from one warm process that imported torch and Lightning once (lmgrid.orchestration.warm;
 # about 8.5 s saved per job on 2 cores). Each job stays its own Snakemake job; on a cluster, with LMGRID_WARM=0, or
 # when a job trains on a GPU, jobs start their own interpreter as before.
 def start_warm_server():
     import subprocess
     import tempfile
 
-    from lmgrid.warm import SOCKET_ENV
+    from lmgrid.orchestration.warm import SOCKET_ENV
 
     if not workflow.local_exec or os.environ.get("LMGRID_WARM", "1") == "0":
         return
@@ -242,7 +242,7 @@ WARM_SERVER = []
 # A run of some targets (`snakemake results/<corpus>/summary.csv`) that leaves results of the full run missing
 # builds no report: one plain line says it waits for a full run (and a report older than the results goes).
 def build_report():
-    from lmgrid.report import REPORT, build, drop_if_stale
+    from lmgrid.analysis.report import REPORT, build, drop_if_stale
 
     if os.environ.get("LMGRID_REPORT", "1") == "0":
         return
@@ -259,7 +259,7 @@ def build_report():
 
 def print_headline():
     """At the end of a successful run: each model's best cell from the summary, in the terminal (when it exists)."""
-    from lmgrid.summary import headline_text
+    from lmgrid.analysis.summary import headline_text
 
     path = f"results/{CORPUS}/summary.csv"
     if os.path.exists(path):
@@ -268,7 +268,7 @@ def print_headline():
 
 
 def drop_stale_report():
-    from lmgrid.report import drop_if_stale
+    from lmgrid.analysis.report import drop_if_stale
 
     note = drop_if_stale(Path(f"results/{CORPUS}"))
     if note:

@@ -2,7 +2,7 @@
 # vectors (lmgrid.embed; docs/contracts.md), and each study's embeddings table, neighbours and map.  One job per
 # corpus, not per cell: every cell's vectors come out of one process that imports torch, gensim and scikit-learn
 # once (a job per cell would add that start-up, a few seconds, to every cell of the grid).
-from lmgrid.aggregate.layout import EMBEDDINGS_DIR, embedding_plan
+from lmgrid.analysis.layout import EMBEDDINGS_DIR, embedding_plan
 
 EMBED = config["embeddings"]
 EMBED_RUN_DIRS = [key.run_dir(CORPUS) for key in all_runs(config["studies"]) if not key.is_ngram]

@@ -25,7 +25,7 @@ rule summary:
         "--csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
 
 
-# A preset's published figures beside ours (config `reference:`; lmgrid.reference). Only when the list is not empty.
+# A preset's published figures beside ours (config `reference:`; lmgrid.analysis.reference). Only when the list is not empty.
 rule reference:
     localrule: local("summary")
     input:

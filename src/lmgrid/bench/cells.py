@@ -122,6 +122,6 @@ def _measure(args) -> int:
                      "median_vs_torch": round(ratio, 2), "warmup_s": round(v.warmup_s, 1)})
         print(f"{v.name:<22}{median:>17.0f}{best:>15.0f}{ratio:>17.2f}{v.warmup_s:>10.1f}")
     if args.json:
-        from lmgrid.fileio import write_json
+        from lmgrid.common.fileio import write_json
         write_json(args.json, {"settings": vars(args), "results": rows, "torch": torch.__version__})
     return 0

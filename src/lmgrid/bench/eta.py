@@ -40,7 +40,7 @@ def _snakemake(workdir: Path, *args: str) -> None:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m lmgrid.bench eta", description=__doc__.split("\n\n")[0])
     ap.parse_args(argv)
-    from lmgrid.report import build
+    from lmgrid.analysis.report import build
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from lmgrid.corpus import load_split
+from lmgrid.data.corpus import load_split
 from lmgrid.models import build_model
 from lmgrid.neural.callbacks import Progress
 from lmgrid.neural.data import StreamChunks, batchify, loader, stream_tokens
 from lmgrid.neural.module import LMModule, batch_nll
 from lmgrid.neural.train import FILL_UNINITIALIZED_MEMORY
-from lmgrid.ppl import EOS, PAD
-from lmgrid.vocab import build
+from lmgrid.data.ppl import EOS, PAD
+from lmgrid.data.vocab import build
 
 
 class StepTimer(pl.Callback):

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..run_record import RECORD_FILE, RunRecord
+from lmgrid.run.record import RECORD_FILE, RunRecord
 
 KENLM = ("lmplz", "query")
 SHARED_PTB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ptb"
@@ -64,12 +64,12 @@ def _machine() -> str:
 
 
 def ppl_table(ptb: Path) -> int:
-    from ..corpus import load_split
-    from ..ngram.counts import count_file
-    from ..ngram.estimate import estimate
-    from ..ngram.model import NgramModel
-    from ..ppl import BOS, PAD
-    from ..vocab import build
+    from lmgrid.data.corpus import load_split
+    from lmgrid.ngram.counts import count_file
+    from lmgrid.ngram.estimate import estimate
+    from lmgrid.ngram.model import NgramModel
+    from lmgrid.data.ppl import BOS, PAD
+    from lmgrid.data.vocab import build
 
     train = load_split(ptb / "ptb.train.txt")
     vocab = build(train)
@@ -88,10 +88,10 @@ def ppl_table(ptb: Path) -> int:
 
 def _scaled(ptb: Path, k: int, folder: Path) -> tuple[Path, Path]:
     """K x PTB train (copy c >= 1 with every word suffixed _c) and its vocabulary, written into `folder`."""
-    from ..corpus import load_split
-    from ..fileio import write_json
-    from ..ppl import UNK
-    from ..vocab import SPECIALS, Vocab, build
+    from lmgrid.data.corpus import load_split
+    from lmgrid.common.fileio import write_json
+    from lmgrid.data.ppl import UNK
+    from lmgrid.data.vocab import SPECIALS, Vocab, build
 
     base = build(load_split(ptb / "ptb.train.txt"))
     words = base.tokens[len(SPECIALS):] + [UNK]
@@ -163,8 +163,8 @@ def _train_tokens(counts: Path) -> str:
     """Train tokens by the shared convention: words and one </s> per sentence (<s> not counted)."""
     import numpy as np
 
-    from ..ppl import BOS
-    from ..vocab import SPECIALS
+    from lmgrid.data.ppl import BOS
+    from lmgrid.data.vocab import SPECIALS
 
     with np.load(counts) as z:
         c = z["count1"]

@@ -4,7 +4,7 @@
 
 1. `lmgrid train` on the corpus of a finished default run (its corpus/ and vocab.json), timed from just before the
    process is started to its first training step (the job writes the wall clock then, via LMGRID_FIRST_STEP_FILE),
-   twice: as its own process (imports torch and Lightning itself) and as a job of a warm server (lmgrid.warm).
+   twice: as its own process (imports torch and Lightning itself) and as a job of a warm server (lmgrid.orchestration.warm).
 2. The per-job overhead of that run: each training job's wall time (its Snakemake benchmark file, column `s`)
    minus its training wall time (`wall_s` in metrics.json), so it covers process start, imports and writing.
 """
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmgrid.errors import LmgridError
-from lmgrid.run_record import RECORD_FILE, RunRecord
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.record import RECORD_FILE, RunRecord
 
 
 def _first_step_s(results: Path, socket_path: str | None, workdir: Path) -> float:

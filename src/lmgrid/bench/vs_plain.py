@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmgrid.corpus import SPLITS
+from lmgrid.data.corpus import SPLITS
 from lmgrid.neural.precision import native_cpu_bf16
-from lmgrid.run_record import RECORD_FILE, RunRecord
+from lmgrid.run.record import RECORD_FILE, RunRecord
 
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import LmgridError
-from ..fileio import atomic_write
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
 
 
 def cmd_embed(a) -> None:
-    from ..corpus import read_sentences
-    from . import export
+    from lmgrid.data.corpus import read_sentences
+    from lmgrid.embed import export
 
     if (a.query is not None or a.out) and not a.sentences:
         raise LmgridError(f"{'--query' if a.query is not None else '--out'}: needs --sentences FILE")
@@ -46,8 +46,8 @@ def cmd_embed(a) -> None:
 
 
 def cmd_embeddings(a) -> None:
-    from ..aggregate.cli import _studies
-    from .pipeline import run
+    from lmgrid.analysis.cli import _studies
+    from lmgrid.embed.pipeline import run
 
     try:
         probes = json.loads(a.probes)

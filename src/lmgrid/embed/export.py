@@ -22,17 +22,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import LmgridError
-from ..run_record import RECORD_FILE, RunRecord
-from ..runkey import NGRAM_ARCHS
-from ..vocab import SPECIALS
+from lmgrid.common.errors import LmgridError
+from lmgrid.run.record import RECORD_FILE, RunRecord
+from lmgrid.run.key import NGRAM_ARCHS
+from lmgrid.data.vocab import SPECIALS
 
 SENTENCE_BATCH = 256
 
 
 def load_neural(run_dir):
     """The run's model as neural.model_io.NeuralLM; one line when the folder holds no neural model."""
-    from ..neural.model_io import load_run
+    from lmgrid.neural.model_io import load_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..aggregate.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, embedding_plan, model_label
-from ..aggregate.names import display
-from ..corpus import load_split
-from ..errors import LmgridError
-from ..fileio import atomic_write
-from ..run_record import RECORD_FILE, RunRecord
-from ..runkey import RunKey, all_runs, expand_study
-from ..vocab import SPECIALS, Vocab
-from . import evaluate, export, ppmi, study
+from lmgrid.analysis.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR, embedding_plan, model_label
+from lmgrid.analysis.names import display
+from lmgrid.data.corpus import load_split
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.run.record import RECORD_FILE, RunRecord
+from lmgrid.run.key import RunKey, all_runs, expand_study
+from lmgrid.data.vocab import SPECIALS, Vocab
+from lmgrid.embed import evaluate, export, ppmi, study
 
 BASELINES = {"ppmi-svd": "PPMI-SVD", "random": "random"}
 ID_COLUMNS = ["model", "run", "arch", "impl", "n_step", "layers", "regime", "seed", "embedding", "dim"]

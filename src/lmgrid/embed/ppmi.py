@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from ..errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
 CDS_ALPHA = 0.75  # context-distribution smoothing (Levy et al. 2015, section 3.2)
 EIGEN_P = 0.5  # eigenvalue weighting: W = U Sigma^p

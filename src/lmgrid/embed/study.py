@@ -16,10 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..aggregate.plots import COLUMN_IN, PAPER_STYLE, figure, save  # noqa: E402
-from ..aggregate.tables import html_page  # noqa: E402
-from ..fileio import atomic_write  # noqa: E402
-from .evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
+from lmgrid.analysis.plots import COLUMN_IN, PAPER_STYLE, figure, save  # noqa: E402
+from lmgrid.analysis.tables import html_page  # noqa: E402
+from lmgrid.common.fileio import atomic_write  # noqa: E402
+from lmgrid.embed.evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map
 MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label

@@ -15,12 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import IMPLS, ModelConfig
-from .ffnn import FFNNLM
-from .gru import GRULM
-from .lstm import LSTMLM
-from .rnn import RNNLM
-from .transformer import TransformerLM
+from lmgrid.models.config import IMPLS, ModelConfig
+from lmgrid.models.ffnn import FFNNLM
+from lmgrid.models.gru import GRULM
+from lmgrid.models.lstm import LSTMLM
+from lmgrid.models.rnn import RNNLM
+from lmgrid.models.transformer import TransformerLM
 
 ARCHS = {"ffnn": FFNNLM, "rnn": RNNLM, "lstm": LSTMLM, "gru": GRULM, "transformer": TransformerLM}
 

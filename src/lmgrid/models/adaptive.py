@@ -12,7 +12,7 @@ cross_entropy, sampling, can take as they are), and `nll` returns the same NLL w
 matrix: the head for every position, and each tail only for the positions whose target lies in it.  That is where
 training gets its speed: with PTB's cutoffs 87% of the targets need no tail at all.
 
-Cutoffs (`adaptive_cutoffs`): the clusters need the vocabulary ordered by frequency, and lmgrid.vocab already
+Cutoffs (`adaptive_cutoffs`): the clusters need the vocabulary ordered by frequency, and lmgrid.data.vocab already
 assigns ids that way (the four specials 0..3, then train words by descending count), so no remapping is needed;
 the specials simply sit in the head.  c_1 is the shortest id prefix whose train counts cover HEAD_COVERAGE = 87%
 of the training tokens, c_2 the one covering TAIL_COVERAGE = 97%, each rounded to the nearest multiple of
@@ -40,17 +40,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
-from .common import INIT_RANGE, OutputHead
-from .config import ModelConfig
+from lmgrid.models.common import INIT_RANGE, OutputHead
+from lmgrid.models.config import ModelConfig
 
 HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
 DIV_VALUE = 4  # tail cluster i (from 1) projects to hidden / DIV_VALUE**i dimensions when untied
 
 
 def adaptive_cutoffs(counts, coverage=(HEAD_COVERAGE, TAIL_COVERAGE)) -> list[int]:
-    """Cluster boundaries (ids) from the training counts by id (lmgrid.vocab order); the rule is the module's."""
+    """Cluster boundaries (ids) from the training counts by id (lmgrid.data.vocab order); the rule is the module's."""
     counts = [max(int(c), 0) for c in counts]
     size, total = len(counts), sum(counts)
     if size < 2 or total == 0:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from lmgrid.models.config import ModelConfig
 
 # Small uniform init of embeddings and output weights (as in Zaremba et al. 2014 and pytorch/examples'
 # word_language_model): the untrained model's logits are then nearly equal, so its loss starts at ~log(V).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
 # arch -> the implementations it offers; the first is the default.
 IMPLS: dict[str, tuple[str, ...]] = {

@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
-from .adaptive import output_layer
-from .common import INIT_RANGE, Embedding, LMBase, stack_layers
-from .config import ModelConfig
+from lmgrid.models.adaptive import output_layer
+from lmgrid.models.common import INIT_RANGE, Embedding, LMBase, stack_layers
+from lmgrid.models.config import ModelConfig
 
 ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 

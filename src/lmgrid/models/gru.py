@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .adaptive import output_layer
-from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
+from lmgrid.models.adaptive import output_layer
+from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
-from .config import ModelConfig
-from .lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
+from lmgrid.models.config import ModelConfig
+from lmgrid.models.lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
 
 
 def gru_step(x_proj_t, h, w_hh_t, b_hh):

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .adaptive import output_layer
-from .common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
+from lmgrid.models.adaptive import output_layer
+from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
-from .config import ModelConfig
+from lmgrid.models.config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .adaptive import output_layer
-from .common import Embedding, LMBase, fp32_recurrence, init_recurrence, zeros_state
-from .lstm import library_stack, run_library_stack, torch_layout
-from .config import ModelConfig
+from lmgrid.models.adaptive import output_layer
+from lmgrid.models.common import Embedding, LMBase, fp32_recurrence, init_recurrence, zeros_state
+from lmgrid.models.lstm import library_stack, run_library_stack, torch_layout
+from lmgrid.models.config import ModelConfig
 
 
 class RNNLM(LMBase):

@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
-from .adaptive import output_layer
-from .common import LMBase
-from .config import ModelConfig
+from lmgrid.models.adaptive import output_layer
+from lmgrid.models.common import LMBase
+from lmgrid.models.config import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):

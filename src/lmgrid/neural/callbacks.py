@@ -9,7 +9,7 @@ import time
 
 import pytorch_lightning as pl
 
-from lmgrid.fileio import atomic_write
+from lmgrid.common.fileio import atomic_write
 
 LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
 

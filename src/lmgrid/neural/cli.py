@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 
 
 def _setting(text: str) -> tuple[str, object]:
@@ -21,8 +21,8 @@ def _setting(text: str) -> tuple[str, object]:
 
 
 def cmd_train(a) -> None:
-    from .allocator import keep_freed_blocks
-    from .train import run
+    from lmgrid.neural.allocator import keep_freed_blocks
+    from lmgrid.neural.train import run
 
     keep_freed_blocks()  # before the first large tensor: see lmgrid.neural.allocator
     run(spec_of(a), threads=a.threads)

@@ -1,6 +1,6 @@
 """Training and evaluation data of the two context regimes, as tensors, and the LightningDataModule.
 
-* window: one example per target of the shared convention (`lmgrid.ppl.targets`): each word and the final </s>
+* window: one example per target of the shared convention (`lmgrid.data.ppl.targets`): each word and the final </s>
   of a sentence, with exactly the n_step-1 tokens before it in that sentence as context, left-padded with <s>.
   Every window has the same length, so there is no padding to mask and each target is counted once.
 * stream: the literature's stateful regime.  The split's sentences, in order, are cut into B rows of whole
@@ -29,10 +29,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from lmgrid.corpus import load_split
-from lmgrid.errors import LmgridError
-from lmgrid.ppl import BOS, EOS, PAD
-from lmgrid.vocab import Vocab
+from lmgrid.data.corpus import load_split
+from lmgrid.common.errors import LmgridError
+from lmgrid.data.ppl import BOS, EOS, PAD
+from lmgrid.data.vocab import Vocab
 
 IGNORE = -100  # target id of padding: F.cross_entropy(ignore_index=IGNORE) neither scores nor counts it
 

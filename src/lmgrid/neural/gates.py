@@ -28,10 +28,10 @@ import io
 
 import torch
 
-from lmgrid.fileio import atomic_write
-from lmgrid.gate_facts import saturation_bounds
+from lmgrid.common.fileio import atomic_write
+from lmgrid.run.gate_facts import saturation_bounds
 
-from .data import IGNORE
+from lmgrid.neural.data import IGNORE
 
 COLUMNS = ["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated",
            "count"]
@@ -144,7 +144,7 @@ class GateStats:
 def collect(model, batches, regime: str, device, bos: int) -> list[dict]:
     """gates.csv rows for `model` over `batches` (inputs, targets) of the test split; `bos` is the <s> id.  A pass
     of its own; a run gets them from the pass that scores test (train.py)."""
-    from .module import evaluate
+    from lmgrid.neural.module import evaluate
 
     stats = GateStats(regime, bos)
     evaluate(model, batches, regime, device, gate_stats=stats)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import torch
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
 from lmgrid.run.spec import model_config_values
-from lmgrid.ppl import BOS, EOS
-from lmgrid.vocab import Vocab
+from lmgrid.data.ppl import BOS, EOS
+from lmgrid.data.vocab import Vocab
 
-from .precision import autocast
+from lmgrid.neural.precision import autocast
 
 WINDOW_BATCH = 1024
 
@@ -50,7 +50,7 @@ class NeuralLM:
     def sentence_logprobs(self, sentences: list[list[str]]) -> list[list[float]]:
         ids = [self.vocab.encode(s) for s in sentences]
         if self.regime == "window":
-            from .data import window_examples  # imports Lightning (~3 s): loading a model does not need it
+            from lmgrid.neural.data import window_examples  # imports Lightning (~3 s): loading a model does not need it
 
             x, y = window_examples(ids, self.n_step, self.bos, self.eos)
             lp = []

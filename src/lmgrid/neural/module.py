@@ -17,12 +17,12 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from lmgrid.errors import LmgridError
+from lmgrid.common.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
-from lmgrid.ppl import perplexity
+from lmgrid.data.ppl import perplexity
 
-from .data import IGNORE
-from .schedule import PlateauSchedule
+from lmgrid.neural.data import IGNORE
+from lmgrid.neural.schedule import PlateauSchedule
 
 # A training batch whose mean NLL exceeds this many times ln(V), the loss of the uniform model that training starts
 # near, has diverged even if it is still finite (an lr of 1e30 gives ~1e32 nats on some CPUs, inf or NaN on others).

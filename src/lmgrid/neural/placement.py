@@ -69,7 +69,7 @@ def plan(accelerator: str, precision: str, *, cluster: bool, gpus: int,
     precision can only be resolved where the job runs.  gpus: visible_gpus() here (unused on a cluster);
     gpu_bf16: asked only on a local run with a GPU visible, and its None (torch sees no GPU: a CPU build of torch)
     makes `auto` train on the CPU."""
-    from .precision import resolve_precision
+    from lmgrid.neural.precision import resolve_precision
 
     gpu = None
     if accelerator == "cpu":

@@ -33,23 +33,23 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import atomic_write
-from lmgrid.gate_facts import GATED_ARCHS
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.run.gate_facts import GATED_ARCHS
 from lmgrid.models import IMPLS
-from lmgrid.ppl import BOS, perplexity
-from lmgrid.resources import own_usage
-from lmgrid.run_record import RECORD_FILE, RunRecord, SplitScore
+from lmgrid.data.ppl import BOS, perplexity
+from lmgrid.common.resources import own_usage
+from lmgrid.run.record import RECORD_FILE, RunRecord, SplitScore
 from lmgrid.run.spec import RunSpec, parse_placement  # noqa: F401 - parse_placement re-exported
-from lmgrid.runkey import NEURAL_ARCHS, REGIMES
-from lmgrid.vocab import Vocab
+from lmgrid.run.key import NEURAL_ARCHS, REGIMES
+from lmgrid.data.vocab import Vocab
 
-from . import gates as gates_mod
-from .averaging import WeightAverage
-from .callbacks import EpochLog, Progress
-from .data import LMData
-from .module import LMModule, evaluate
-from .precision import autocast, fp32_settings, full_fp32, resolve_precision
+from lmgrid.neural import gates as gates_mod
+from lmgrid.neural.averaging import WeightAverage
+from lmgrid.neural.callbacks import EpochLog, Progress
+from lmgrid.neural.data import LMData
+from lmgrid.neural.module import LMModule, evaluate
+from lmgrid.neural.precision import autocast, fp32_settings, full_fp32, resolve_precision
 
 CKPT_FORMAT = "lmgrid-neural-1"  # model.ckpt's layout, checked by model_io.load_run
 # torch.utils.deterministic.fill_uninitialized_memory while training (see `run`).
@@ -324,7 +324,7 @@ def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
 
 
 def _record_extra(job: Job, ev: Evaluation) -> dict:
-    """The neural fields of the run record (lmgrid.run_record), in the order the file has always had them."""
+    """The neural fields of the run record (lmgrid.run.record), in the order the file has always had them."""
     rows, module = job.epoch_log.rows, job.module
     return {
         "train_tokens_per_s": job.epoch_log.tokens_per_s,
@@ -367,7 +367,7 @@ def write(job: Job, ev: Evaluation, t0: float) -> dict:
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
     extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(time.time(), 3)
     # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
-    # Snakemake benchmark measures only the thin client in the first case (lmgrid.resources).
+    # Snakemake benchmark measures only the thin client in the first case (lmgrid.common.resources).
     extra.update(own_usage())
     record = RunRecord(name=spec.key.name, **spec.cell, **ev.scores, params=job.params, extra=extra)
     metrics = record.write(run_dir / RECORD_FILE)

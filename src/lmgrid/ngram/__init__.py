@@ -6,6 +6,6 @@ external.py the same tables from a file of any size, counted on disk within a me
 store.py    on-disk tables read and written in slices (Tables, Filler)
 estimate.py count tables -> back-off tables (log-prob and back-off weight per n-gram)
 arpa.py     back-off tables <-> ARPA text
-model.py    scoring by the shared convention (lmgrid.ppl), a run's training job, `load_run`
+model.py    scoring by the shared convention (lmgrid.data.ppl), a run's training job, `load_run`
 cli.py      the `ngram-counts` and `ngram` subcommands
 """

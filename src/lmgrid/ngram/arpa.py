@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError
-from ..fileio import atomic_write
-from ..ppl import BOS, EOS, PAD, UNK
-from .estimate import Backoff
-from .store import Appender
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.data.ppl import BOS, EOS, PAD, UNK
+from lmgrid.ngram.estimate import Backoff
+from lmgrid.ngram.store import Appender
 
 LOG10E = 1 / np.log(10)
 NEG_INF_LOG10 = -99.0

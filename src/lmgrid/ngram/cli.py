@@ -13,8 +13,8 @@ def _logging() -> None:
 
 
 def cmd_counts(a) -> None:
-    from ..vocab import Vocab
-    from .external import count_to_npz
+    from lmgrid.data.vocab import Vocab
+    from lmgrid.ngram.external import count_to_npz
 
     _logging()
     t0 = time.perf_counter()
@@ -25,7 +25,7 @@ def cmd_counts(a) -> None:
 
 
 def cmd_ngram(a) -> None:
-    from .model import train_run
+    from lmgrid.ngram.model import train_run
 
     _logging()
     m = train_run(counts_path=a.counts, vocab_path=a.vocab, valid_path=a.valid, test_path=a.test, arch=a.arch,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError
-from ..fileio import atomic_write
-from ..ppl import BOS, EOS, PAD
-from ..vocab import Vocab
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.data.ppl import BOS, EOS, PAD
+from lmgrid.data.vocab import Vocab
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
@@ -227,7 +227,7 @@ def load(path: str | Path, vocab: Vocab, max_order: int | None = None) -> Counts
 
 def open_tables(path: str | Path, vocab: Vocab, max_order: int | None = None):
     """A counts file as on-disk `Tables` (nothing read but its small fields), checked as `load`."""
-    from .store import Tables
+    from lmgrid.ngram.store import Tables
 
     t = Tables.npz(path)
     small = {}

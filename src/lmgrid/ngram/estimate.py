@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import LmgridError
-from .counts import Counts
-from .store import Filler, Tables
+from lmgrid.common.errors import LmgridError
+from lmgrid.ngram.counts import Counts
+from lmgrid.ngram.store import Filler, Tables
 
 log = logging.getLogger(__name__)
 METHODS = ("addk", "katz", "kn", "mkn")

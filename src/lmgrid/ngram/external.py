@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError
-from ..ppl import BOS
-from ..vocab import Vocab
-from .counts import FORMAT_VERSION, _LINE, _assemble, _vocab_digest, _word_ids
-from .store import MIB, Appender, Tables, rows_per_chunk, write_npz
+from lmgrid.common.errors import LmgridError
+from lmgrid.data.ppl import BOS
+from lmgrid.data.vocab import Vocab
+from lmgrid.ngram.counts import FORMAT_VERSION, _LINE, _assemble, _vocab_digest, _word_ids
+from lmgrid.ngram.store import MIB, Appender, Tables, rows_per_chunk, write_npz
 
 log = logging.getLogger(__name__)
 TEXT_BYTES_PER_MIB = MIB // 80  # text read at once: ~40x its size as Python strings and ids

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError
-from ..fileio import atomic_write
-from ..ppl import BOS, PAD, counted_tokens, perplexity
-from ..resources import own_usage
-from ..run_record import EVAL_SPLITS, RunRecord, SplitScore
-from ..runkey import normalise
-from ..vocab import Vocab
-from . import arpa
-from .counts import open_tables, sentence_start_of, stream
-from .estimate import METHODS, SLICE_BYTES, Backoff, estimate_tables
-from .store import Filler, Tables, rows_per_chunk
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
+from lmgrid.data.ppl import BOS, PAD, counted_tokens, perplexity
+from lmgrid.common.resources import own_usage
+from lmgrid.run.record import EVAL_SPLITS, RunRecord, SplitScore
+from lmgrid.run.key import normalise
+from lmgrid.data.vocab import Vocab
+from lmgrid.ngram import arpa
+from lmgrid.ngram.counts import open_tables, sentence_start_of, stream
+from lmgrid.ngram.estimate import METHODS, SLICE_BYTES, Backoff, estimate_tables
+from lmgrid.ngram.store import Filler, Tables, rows_per_chunk
 
 log = logging.getLogger(__name__)
 ARPA_AUTO_MAX_NGRAMS = 10_000_000  # write_arpa: auto writes models up to this size (an ARPA file of ~400 MB)
@@ -196,7 +196,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     """One n-gram grid cell: estimate from the shared counts (on disk, in slices that fit `memory_mb`),
     score valid and test, write the ARPA file (or, when `write_arpa` says no, a one-line note in its
     place), write metrics.json (docs/contracts.md).  Returns the metrics."""
-    from ..corpus import load_split
+    from lmgrid.data.corpus import load_split
 
     if arch not in METHODS:  # an n-gram arch names its estimation method
         raise LmgridError(f"arch {arch!r}: not an n-gram architecture ({', '.join(METHODS)})")
@@ -241,7 +241,7 @@ def train_run(*, counts_path, vocab_path, valid_path, test_path, arch: str, orde
     record = RunRecord(
         name=key.name, arch=key.arch, impl=key.impl, n_step=key.n_step, layers=key.layers, regime=key.regime,
         seed=key.seed, **{split: SplitScore(**scores[split]) for split in EVAL_SPLITS}, params=sum(sizes),
-        # The n-gram fields of the run record (lmgrid.run_record), in the order the file has always had them.
+        # The n-gram fields of the run record (lmgrid.run.record), in the order the file has always had them.
         extra={"order": order, "method": arch, "settings": settings, "ngrams_per_order": sizes, "arpa_written": arpa_on,
                "timing": timing, "wall_s": round(sum(timing.values()), 3),
                "start_unix_s": round(start_unix_s, 3), "end_unix_s": round(time.time(), 3),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LmgridError
-from ..fileio import atomic_write
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write
 
 MIB = 1 << 20
 

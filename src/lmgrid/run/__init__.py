@@ -1,1 +1,1 @@
-"""What one grid cell is and how it runs: the run spec (`lmgrid.run.spec`), the one file a training job reads."""
+"""The run contract: the schema's settings, run keys and folders, the RunRecord (metrics.json) and the facts about gated models that every stage shares; the run spec (`lmgrid.run.spec`), the one file a training job reads."""

@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmgrid.errors import LmgridError
-from lmgrid.fileio import read_json, write_json
-from lmgrid.neural.hparams import DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
-from lmgrid.runkey import beside_runs, normalise
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import read_json, write_json
+from lmgrid.run.settings import DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
+from lmgrid.run.key import beside_runs, normalise
 
 VERSION = 1  # the spec file's format; a file of another version is refused (the workflow writes it anew each run)
 SPLITS = ("train", "valid", "test")
@@ -86,13 +86,13 @@ class RunSpec:
               live_mlflow: dict | None = None) -> "RunSpec":
         """The spec of one cell: `train` is config.yaml's `train:` section (resolved for `arch` here, the one place);
         paths default to the workflow's layout under results/<corpus>/; live_mlflow the shared MLFlowLogger kwargs
-        (lmgrid.aggregate.layout.live_logger_kwargs), given this run's name and tags here."""
+        (lmgrid.run.live.live_logger_kwargs), given this run's name and tags here."""
         key = normalise(arch, impl, int(n_step), int(layers), regime, int(seed))
         fields = dict(arch=key.arch, impl=key.impl, n_step=key.n_step, layers=key.layers, regime=key.regime,
                       seed=key.seed)
         run_dir = run_dir or key.run_dir(corpus)
         if live_mlflow:
-            from lmgrid.aggregate.layout import live_run_tags
+            from lmgrid.run.live import live_run_tags
 
             live_mlflow = {**live_mlflow, **live_run_tags(key.name, run_dir)}
         spec = cls(
@@ -205,7 +205,7 @@ class RunSpec:
 
     def model_config(self, vocab) -> dict:
         """ModelConfig's values for this run (every one of them from the spec, none from ModelConfig), given the
-        vocabulary (lmgrid.vocab.Vocab): its size and, for the adaptive softmax, the clusters cut from its counts."""
+        vocabulary (lmgrid.data.vocab.Vocab): its size and, for the adaptive softmax, the clusters cut from its counts."""
         from lmgrid.models.adaptive import adaptive_cutoffs
 
         hp, window = self.hparams, self.regime == "window"
@@ -276,7 +276,7 @@ def _check_settings(values: dict) -> None:
         import jsonschema
     except ModuleNotFoundError:  # a bare torch environment (tools/gpu_check.py): ModelConfig.validate still runs
         return
-    from lmgrid.schema import train_settings
+    from lmgrid.run.schema import train_settings
 
     props = train_settings()
     for key, value in values.items():

@@ -1,0 +1,293 @@
+"""What the gates and the implementations show, with uncertainty over seeds, in forms a referee accepts.
+
+Gate values come from gates.csv (window regime), which holds only gate values that have an effect
+(lmgrid.neural.gates: the forget gate where the cell state it multiplies is zero is left out, as is padding).
+
+* `gate_means_by_nstep`: per model, layer, gate and n_step, the mean over seeds of each run's gate mean (scope
+  `all`, pooled over the window's positions), with the 95% t interval over seeds (df = seeds - 1; none with one
+  seed); `gate_position_means` likewise per window position.
+* `gate_family`: does the gate change with n_step, and is that the window's size or the position it is read at?
+  - pooled slope (the question as asked, "does the mean rise as the window grows?"): each seed's least-squares
+    slope of its runs' pooled gate means on n_step, then the mean of those slopes with the 95% t interval over
+    seeds and a one-sample t test (df = seeds - 1).  Seeds are the independent replicates; a fit over all runs
+    would count the n_steps of one seed as independent;
+  - matched positions (analysis.positions): the same slope test on each run's mean over the window positions
+    every n_step shares, and on each position separately; and the slope the position profile alone predicts,
+    with the pooled slope minus it ("beyond the position profile") tested the same way;
+  - each n_step against the next: the difference of the means with its 95% Welch interval (Welch-Satterthwaite
+    df, scipy.stats.ttest_ind(equal_var=False)); steps that significantly rise and fall make a trend
+    `non-monotone` whatever the slope says;
+  - Kendall's tau-b between n_step and the runs' gate means over every run, two-sided (scipy.stats.kendalltau),
+    a rank check that decides the direction only for a single seed (no interval over seeds).
+  All of a study's gate tests are one family (FAMILY), Holm-adjusted (`holm`); every verdict reads the adjusted
+  p < 0.05.  Intervals are the marginal 95% ones, printed with their method and df.
+* `impl_differences`: each implementation of an architecture against its default (torch = nn.LSTM), on test PPL,
+  paired by seed (same seed = same initial weights, see lmgrid.models): mean difference, 95% paired t interval
+  (df = seeds - 1) and p, Holm-adjusted over the family of those contrasts.  Each pair once: with torch, cell and
+  concat, "concat vs cell" would repeat "concat vs torch" (cell and torch are the same parameterisation).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+CONFIDENCE = 0.95
+ALPHA = 1 - CONFIDENCE
+GATE_ORDER = "ifogzr"  # LSTM i f o g, then GRU z r
+KEYS = ["model", "layers", "layer", "gate"]
+
+
+def t_interval(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return math.nan, math.nan
+    if np.all(values == values[0]):
+        return float(values[0]), float(values[0])
+    lo, hi = stats.t.interval(CONFIDENCE, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
+    return float(lo), float(hi)
+
+
+def _gate_rows(gates: pd.DataFrame) -> pd.DataFrame:
+    df = gates[(gates["scope"] == "all") & (gates["regime"] == "window")]
+    return df.assign(gate_rank=df["gate"].map(lambda g: GATE_ORDER.find(g) % 99))
+
+
+def gate_means_by_nstep(gates: pd.DataFrame) -> pd.DataFrame:
+    df = _gate_rows(gates)
+    rows = []
+    for (model, layers, layer, _, gate, n_step), g in df.groupby(
+            ["model", "layers", "layer", "gate_rank", "gate", "n_step"], sort=True):
+        lo, hi = t_interval(g["mean"])
+        rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate, "n_step": int(n_step),
+                     "seeds": int(g["seed"].nunique()), "mean": float(g["mean"].mean()), "ci_low": lo,
+                     "ci_high": hi, "values_per_run": int(g["count"].mean())})
+    return pd.DataFrame(rows, columns=["model", "layers", "layer", "gate", "n_step", "seeds", "mean", "ci_low",
+                                       "ci_high", "values_per_run"])
+
+
+def t_test(values) -> tuple[float, float, float, float, int]:
+    """One-sample t test of `values` against 0: mean, 95% t interval, two-sided p and df = len - 1 (NaN and df 0
+    with fewer than 2 values; identical values: a zero-width interval, p 0 unless they are 0)."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return (float(values.mean()) if len(values) else math.nan), math.nan, math.nan, math.nan, 0
+    lo, hi = t_interval(values)
+    if np.all(values == values[0]):
+        return float(values[0]), lo, hi, float(values[0] == 0), len(values) - 1
+    return float(values.mean()), lo, hi, float(stats.ttest_1samp(values, 0.0).pvalue), len(values) - 1
+
+
+def welch(a, b) -> tuple[float, float, float, float, float]:
+    """Mean of b minus mean of a: its 95% Welch interval, two-sided p and Welch-Satterthwaite df (NaN with fewer
+    than 2 values on a side)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan, math.nan, math.nan
+    if a.std() == 0 and b.std() == 0:
+        return diff, diff, diff, float(diff == 0), float(len(a) + len(b) - 2)
+    res = stats.ttest_ind(b, a, equal_var=False)
+    ci = res.confidence_interval(CONFIDENCE)
+    return diff, float(ci.low), float(ci.high), float(res.pvalue), float(res.df)
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values (NaN: not a test, left out and left NaN): the i-th
+    smallest of m is multiplied by m - i + 1, then made non-decreasing, capped at 1.  Rejecting where the adjusted
+    p < ALPHA keeps the family-wise error rate at ALPHA."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, math.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    running = 0.0
+    for i, idx in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p[idx]))
+        out[idx] = running
+    return out
+
+
+def seed_slopes(g: pd.DataFrame) -> pd.Series:
+    """Per seed, the least-squares slope of the runs' gate means on n_step (seeds with fewer than 2 n_steps have
+    none)."""
+    def slope(s: pd.DataFrame) -> float:
+        if s["n_step"].nunique() < 2:
+            return math.nan
+        return float(stats.linregress(s["n_step"].to_numpy(float), s["mean"].to_numpy(float)).slope)
+    return g.groupby("seed")[["n_step", "mean"]].apply(slope).dropna()
+
+
+def _slope_test(runs: pd.DataFrame) -> dict:
+    """effects' slope test over the runs (seed, n_step, mean) of one quantity: per-seed slopes, t over seeds."""
+    slopes = seed_slopes(runs) if len(runs) else pd.Series(dtype=float)
+    mean, lo, hi, p, df = t_test(slopes)
+    return {"slope": mean, "ci_low": lo, "ci_high": hi, "p": p, "df": df, "seeds": len(slopes)}
+
+
+def _verdict(mean: float, p_holm: float, up: str = "rises", down: str = "falls",
+             none: str = "no clear trend") -> str:
+    if math.isnan(p_holm):
+        return "n/a"
+    return (up if mean > 0 else down) if p_holm < ALPHA else none
+
+
+FAMILY = ("every gate test of the study (one family): per model, layer and gate, the pooled slope's t test, "
+          "Kendall's τ, each step's Welch test, the matched-position slope's t test, the slope beyond the position "
+          "profile, and each position's slope; Holm-adjusted over all of them")
+
+
+def gate_family(gates: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Every test of the gates against n_step, Holm-adjusted as one family (FAMILY): {"trends": one row per model,
+    layer and gate (gates_effect), "steps": one row per n_step against the next, "positions": one row per window
+    position (each position on its own)}.  Each test has its p (two-sided), df and p_holm; verdicts use p_holm."""
+    from lmgrid.analysis import positions as pos
+
+    df = _gate_rows(gates)
+    prows = pos.position_rows(gates)
+    trends, steps, per_pos = [], [], []
+    for (model, layers, layer, _, gate), g in df.groupby(["model", "layers", "layer", "gate_rank", "gate"], sort=True):
+        n_steps = sorted(int(s) for s in g["n_step"].unique())
+        if len(n_steps) < 2:
+            continue
+        key = {"model": model, "layers": int(layers), "layer": int(layer), "gate": gate}
+        tau, p = stats.kendalltau(g["n_step"].to_numpy(float), g["mean"].to_numpy(float))
+        for a, b in itertools.pairwise(n_steps):
+            diff, lo, hi, sp, sdf = welch(g.loc[g["n_step"] == a, "mean"], g.loc[g["n_step"] == b, "mean"])
+            steps.append({**key, "step": f"{a}→{b}", "diff": diff, "ci_low": lo, "ci_high": hi, "p": sp, "df": sdf})
+        pooled = _slope_test(g[["seed", "n_step", "mean"]])
+        gp = prows[(prows["model"] == model) & (prows["layers"] == layers) & (prows["layer"] == layer)
+                   & (prows["gate"] == gate)]
+        matched = _slope_test(pos.matched_means(gp))
+        profile = pos.profile_pooled(gp)
+        both = g[["seed", "n_step", "mean"]].merge(profile, on=["seed", "n_step"], suffixes=("", "_profile"))
+        beyond = _slope_test(both.assign(mean=both["mean"] - both["mean_profile"]))
+        explained = _slope_test(profile)
+        for position, at in gp.groupby("position"):
+            if at["n_step"].nunique() >= 2:
+                t = _slope_test(at[["seed", "n_step", "mean"]])
+                per_pos.append({**key, "position": int(position),
+                                "n_steps": " ".join(map(str, sorted(at["n_step"].unique()))), **t})
+        by_step = g.groupby("n_step")["mean"].mean()
+        trends.append({**key, "n_steps": " ".join(map(str, n_steps)), "seeds": int(g["seed"].nunique()),
+                       "runs": len(g), "gate_mean_first": float(by_step.iloc[0]),
+                       "gate_mean_last": float(by_step.iloc[-1]),
+                       "slope_per_nstep": pooled["slope"], "slope_ci_low": pooled["ci_low"],
+                       "slope_ci_high": pooled["ci_high"], "slope_df": pooled["df"], "slope_p": pooled["p"],
+                       "kendall_tau": float(tau), "p_value": float(p),
+                       "matched_positions": " ".join(map(str, pos.shared_positions(gp))),
+                       "matched_slope": matched["slope"], "matched_ci_low": matched["ci_low"],
+                       "matched_ci_high": matched["ci_high"], "matched_df": matched["df"], "matched_p": matched["p"],
+                       "profile_slope": explained["slope"], "profile_ci_low": explained["ci_low"],
+                       "profile_ci_high": explained["ci_high"],
+                       "beyond_slope": beyond["slope"], "beyond_ci_low": beyond["ci_low"],
+                       "beyond_ci_high": beyond["ci_high"], "beyond_df": beyond["df"], "beyond_p": beyond["p"]})
+    trends = pd.DataFrame(trends, columns=TREND_COLUMNS)
+    steps = pd.DataFrame(steps, columns=KEYS + ["step", "diff", "ci_low", "ci_high", "p", "df"])
+    per_pos = pd.DataFrame(per_pos, columns=KEYS + ["position", "n_steps", "slope", "ci_low", "ci_high", "p", "df",
+                                                     "seeds"])
+    tests = [(trends, "slope_p", "slope_p_holm"), (trends, "p_value", "kendall_p_holm"),
+             (trends, "matched_p", "matched_p_holm"), (trends, "beyond_p", "beyond_p_holm"), (steps, "p", "p_holm"),
+             (per_pos, "p", "p_holm")]
+    adjusted = holm(np.concatenate([frame[col].to_numpy(float) for frame, col, _ in tests]))
+    at = 0
+    for frame, col, out in tests:
+        frame[out] = adjusted[at:at + len(frame)]
+        at += len(frame)
+    _directions(trends, steps, per_pos)
+    return {"trends": trends, "steps": steps, "positions": per_pos}
+
+
+TREND_COLUMNS = KEYS[:1] + ["layers", "layer", "gate", "n_steps", "seeds", "runs", "gate_mean_first",
+                            "gate_mean_last", "slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df",
+                            "slope_p", "kendall_tau", "p_value", "matched_positions", "matched_slope",
+                            "matched_ci_low", "matched_ci_high", "matched_df", "matched_p", "profile_slope",
+                            "profile_ci_low", "profile_ci_high", "beyond_slope", "beyond_ci_low", "beyond_ci_high",
+                            "beyond_df", "beyond_p"]
+
+
+def non_monotone(step_verdicts: pd.Series) -> bool:
+    """A shape that significantly rises at one step and falls at another (Holm-adjusted step verdicts)."""
+    return bool((step_verdicts == "up").any() and (step_verdicts == "down").any())
+
+
+def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame) -> None:
+    """Verdicts from Holm-adjusted p-values.  direction (pooled): `non-monotone` when a step rises and another falls
+    (each significant), else the slope test's (several seeds) or Kendall's (one seed); at_matched_positions: the
+    matched slope's; position_profile: whether the pooled trend is what the position profile predicts."""
+    steps["verdict"] = [_verdict(d, p, "up", "down", "no clear change") for d, p in zip(steps["diff"], steps["p_holm"])]
+    per_pos["verdict"] = [_verdict(m, p) for m, p in zip(per_pos["slope"], per_pos["p_holm"])]
+    direction, matched, profile = [], [], []
+    for t in trends.itertuples():
+        mine = steps[(steps["model"] == t.model) & (steps["layers"] == t.layers) & (steps["layer"] == t.layer)
+                     & (steps["gate"] == t.gate)]["verdict"]
+        if non_monotone(mine):
+            d = "non-monotone"
+        elif not math.isnan(t.slope_p_holm):
+            d = _verdict(t.slope_per_nstep, t.slope_p_holm)
+        elif not math.isnan(t.kendall_p_holm) and t.kendall_p_holm < ALPHA:
+            d = "rises" if t.kendall_tau > 0 else "falls"
+        else:
+            d = "no monotone trend"
+        direction.append(d)
+        matched.append(_verdict(t.matched_slope, t.matched_p_holm, none="no clear change"))
+        if d not in ("rises", "falls") or math.isnan(t.beyond_p_holm):
+            profile.append("n/a" if math.isnan(t.beyond_p_holm) else "no pooled trend to explain")
+        else:
+            profile.append("beyond the position profile" if t.beyond_p_holm < ALPHA else "a position profile")
+    trends["direction"], trends["at_matched_positions"], trends["position_profile"] = direction, matched, profile
+
+
+def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
+    """gate_family's trends: one row per model, layer and gate (gates_effect.csv)."""
+    return gate_family(gates)["trends"]
+
+
+def gate_position_means(gates: pd.DataFrame) -> pd.DataFrame:
+    """Per model, layer, gate, n_step and window position: mean over seeds of each run's mean there, with its 95% t
+    interval over seeds (df = seeds - 1; none with one seed) (the gates_vs_position figure)."""
+    from lmgrid.analysis.positions import position_means
+
+    rows = []
+    for (model, layers, layer, gate, n_step, position), g in position_means(gates).groupby(
+            ["model", "layers", "layer", "gate", "n_step", "position"], sort=True):
+        lo, hi = t_interval(g["mean"])
+        rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate, "n_step": int(n_step),
+                     "position": int(position), "seeds": int(g["seed"].nunique()), "mean": float(g["mean"].mean()),
+                     "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows, columns=["model", "layers", "layer", "gate", "n_step", "position", "seeds", "mean",
+                                       "ci_low", "ci_high"])
+
+
+def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFrame:
+    """Each implementation against its architecture's default (torch; else the first in name order) in the same
+    cell (n_step, layers, regime), paired by seed: mean of (impl - default), its 95% paired t interval (df = shared
+    seeds - 1) and p, with p_holm over every contrast of the table (one family); a difference is claimed only when
+    p_holm < 0.05.  Each pair appears once, and no pair of two non-default impls is formed."""
+    rows = []
+    neural = runs[runs["impl"] != "ngram"]
+    for (arch, n_step, layers, regime), g in neural.groupby(["arch", "n_step", "layers", "regime"], sort=True):
+        impls = sorted(g["impl"].unique(), key=lambda i: (i != "torch", i))
+        a = impls[0]
+        pa = g[g["impl"] == a].set_index("seed")[metric]
+        for b in impls[1:]:
+            pb = g[g["impl"] == b].set_index("seed")[metric]
+            seeds = sorted(set(pa.index) & set(pb.index))
+            if not seeds:
+                continue
+            diff = (pb.loc[seeds] - pa.loc[seeds]).to_numpy(float)
+            mean, lo, hi, p, df = t_test(diff)
+            rows.append({"arch": arch, "n_step": int(n_step), "layers": int(layers), "regime": regime, "impl_a": a,
+                         "impl_b": b, "seeds": len(seeds), f"{metric}_a": float(pa.loc[seeds].mean()),
+                         f"{metric}_b": float(pb.loc[seeds].mean()), "diff_b_minus_a": mean,
+                         "ci_low": lo, "ci_high": hi, "df": df, "p": p})
+    out = pd.DataFrame(rows, columns=["arch", "n_step", "layers", "regime", "impl_a", "impl_b", "seeds",
+                                      f"{metric}_a", f"{metric}_b", "diff_b_minus_a", "ci_low", "ci_high", "df", "p"])
+    out["p_holm"] = holm(out["p"].to_numpy(float)) if len(out) else []
+    out["verdict"] = [("one seed: no claim" if s < 2 else f"{b} higher" if ph < ALPHA and d > 0 else
+                       f"{b} lower" if ph < ALPHA else "no clear difference")
+                      for s, b, d, ph in zip(out["seeds"], out["impl_b"], out["diff_b_minus_a"], out["p_holm"])]
+    return out

@@ -1,0 +1,1 @@
+"""The MLflow mirror of the results folder and the pyfunc model it logs."""
