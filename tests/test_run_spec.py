@@ -178,3 +178,17 @@ def test_model_config_defaults_are_the_schemas():
 def test_spec_path_is_the_run_folder_beside_runs():
     key = RunKey("lstm", "cell", 5, 2, "window", 1)
     assert spec_path(key, "c") == "results/c/specs/runs/lstm/cell/n5_l2_window_s1.json"
+
+
+def test_an_older_model_ckpt_gets_the_values_its_missing_fields_computed():
+    """A model.ckpt written before weight_drop, init_range, output_layer, cutoffs and context_len existed lacks them;
+    loading fills what ModelConfig's old defaults were, the schema's neutral defaults now.  Kills: a fill from other
+    defaults (the model would not be the one trained), or none (old checkpoints would not load)."""
+    from lmgrid.run.spec import model_config_values
+
+    old = {"arch": "lstm", "vocab_size": 30, "impl": "torch", "layers": 1, "n_step": 3, "max_len": 2,
+           **{k: DEFAULTS[k] for k in MODEL_KEYS if k not in ("weight_drop", "init_range", "output_layer")}}
+    filled = model_config_values(old)
+    assert {k: filled[k] for k in ("weight_drop", "init_range", "output_layer", "cutoffs", "context_len")} == {
+        "weight_drop": 0.0, "init_range": 0.0, "output_layer": "full", "cutoffs": [], "context_len": 0}
+    assert {k: filled[k] for k in old} == old

@@ -8,13 +8,13 @@ Scoring follows the run's regime, so per-sentence figures mean what the run's te
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from lmgrid.common.errors import LmgridError
 from lmgrid.models import ModelConfig, build_model
-from lmgrid.run.spec import model_config_values
 from lmgrid.data.ppl import BOS, EOS
 from lmgrid.data.vocab import Vocab
 
@@ -116,9 +116,15 @@ def load_run(run_dir) -> NeuralLM:
         if current.tokens != tokens:
             raise LmgridError(f"{path}: its vocabulary ({len(tokens)} entries) differs from the corpus's "
                               f"{corpus_vocab} ({len(current)} entries); retrain the run")
-    # A model.ckpt written before a ModelConfig field existed lacks it: the value that field's absence computed (the
-    # schema's neutral default) fills it.
-    cfg = ModelConfig(**model_config_values(blob["model_config"]))
+    values = blob["model_config"]
+    if {f.name for f in dataclasses.fields(ModelConfig)} - set(values):
+        # A model.ckpt written before a ModelConfig field existed lacks it: the value that field's absence computed
+        # (the schema's neutral default) fills it.  Read only then: a model logged to MLflow carries lmgrid's source
+        # but not the schema, and its model.ckpt has every field.
+        from lmgrid.run.spec import model_config_values
+
+        values = model_config_values(values)
+    cfg = ModelConfig(**values)
     model = build_model(cfg)
     model.load_state_dict(blob["state_dict"])
     run = blob["run"]
