@@ -185,8 +185,9 @@ def label_overlaps(fig) -> list[str]:
 
 def test_embeddings_map_label_sits_on_no_word(monkeypatch):
     """The map's panel label ("which vectors") overlaps no word label, on a map whose most frequent words lie along
-    its top and bottom edges.  Kills "the label inside the axes at the top left" (the old placement, added here as
-    the control: it sits on a word)."""
+    its top and bottom edges, and the longest label a cell gets stays inside the figure.  Kills "the label inside
+    the axes at the top left" (the old placement, added here as the control: it sits on a word); "the label above
+    the axes unwrapped" runs 0.2 in off the right edge (seen with textwrap.fill made the identity)."""
     xs, ys = np.meshgrid(np.linspace(0, 19, 20), np.linspace(0, 9, 10))  # a 20 x 10 grid: PCA keeps its axes
     grid = np.c_[xs.ravel(), ys.ravel()]
     edges = [i for pair in zip(range(0, 20), range(180, 200)) for i in pair]  # bottom and top rows first
@@ -201,3 +202,12 @@ def test_embeddings_map_label_sits_on_no_word(monkeypatch):
     fig.axes[0].text(0.01, 0.99, "LSTM n3 l1, input embedding", transform=fig.axes[0].transAxes, fontsize=7,
                      va="top")
     assert label_overlaps(fig) != []
+
+    # the longest label a cell gets stays inside the figure (wrapped) and off the words too
+    figs.clear()
+    embed_study.write_map(kv, [words[i] for i in order], "LSTM (cell, one bias) n5 l2 window s1, input embedding",
+                          "map")
+    fig = figs[0]
+    assert label_overlaps(fig) == []
+    title = fig.axes[0]._left_title.get_window_extent()
+    assert fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1 and title.y1 <= fig.bbox.y1

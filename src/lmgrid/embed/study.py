@@ -7,6 +7,7 @@ in its note, and the neighbours are what there is to read.
 from __future__ import annotations
 
 import math
+import textwrap
 from html import escape
 
 import matplotlib
@@ -135,5 +136,6 @@ def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
         ax.set_ylabel("principal component 2")
         # A panel label above the axes, not inside them, where it sat on the labels of the points at the top left;
         # it says which vectors these are (the report's caption says how they were chosen).
-        ax.set_title(caption, loc="left", fontsize=7)
+        # wrapped: "LSTM (cell, one bias) n5 l2 window s1, input embedding" is wider than a column
+        ax.set_title(textwrap.fill(caption, 48), loc="left", fontsize=7)
     return save(fig, str(stem))
