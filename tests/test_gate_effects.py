@@ -67,18 +67,83 @@ def test_a_gate_set_by_position_alone_has_no_nstep_effect_at_matched_positions(m
     assert position_answer(by_position)[1] == "rises"  # the mutant reads the confound as a window effect
 
 
-def test_holm_against_a_hand_computation():
+def holm_by_hand(p) -> list[float]:
+    """Holm's adjustment written out here, independently of effects.holm: the i-th smallest of the m real p-values
+    (0-based) times m - i, capped at 1, then never falling along that order; NaN stays NaN."""
+    real = sorted((v, i) for i, v in enumerate(p) if not math.isnan(v))
+    out, running = [math.nan] * len(p), 0.0
+    for rank, (v, i) in enumerate(real):
+        running = max(running, min(1.0, (len(real) - rank) * v))
+        out[i] = running
+    return out
+
+
+def test_holm_against_a_hand_computation(monkeypatch):
     """Holm's step-down adjustment of p = (0.01, 0.04, 0.03, 0.005, NaN), by hand: sorted 0.005 x 4 = 0.02,
     0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 raised to 0.06 (adjusted p never fall along the order); the
-    NaN is no test.  Mutations killed, run here as controls: Bonferroni (every p x m) and Holm without the running
-    maximum."""
+    NaN is no test.  Mutations killed, each applied to the real effects.holm and run here as a control: Holm without
+    the running maximum (its `max(running, x)` made `x`), and Bonferroni (its step-down rank i held at 0, so every p
+    is multiplied by m)."""
     p = [0.01, 0.04, 0.03, 0.005, math.nan]
     want = [0.03, 0.06, 0.06, 0.02, math.nan]
+    assert holm_by_hand(p) == pytest.approx(want, nan_ok=True)
     assert effects.holm(p) == pytest.approx(want, nan_ok=True)
-    bonferroni = [min(1.0, v * 4) for v in p]
-    no_max = [0.03, 0.04, 0.06, 0.02, math.nan]
-    for mutant in (bonferroni, no_max):
-        assert mutant != pytest.approx(want, nan_ok=True)
+
+    # The mutants run effects.holm's own body: a module global named like a builtin shadows it there.  Should holm
+    # stop using max or enumerate, these controls stop biting and the asserts below say so.
+    monkeypatch.setattr(effects, "max", lambda running, x: x, raising=False)  # no running maximum
+    assert effects.holm(p) == pytest.approx([0.03, 0.04, 0.06, 0.02, math.nan], nan_ok=True)
+    assert effects.holm(p) != pytest.approx(want, nan_ok=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(effects, "enumerate", lambda xs: ((0, x) for x in xs), raising=False)  # Bonferroni
+    assert effects.holm(p) == pytest.approx([0.04, 0.16, 0.12, 0.02, math.nan], nan_ok=True)
+    assert effects.holm(p) != pytest.approx(want, nan_ok=True)
+
+
+# The six tests of a gate family (effects.gate_family), as (table, raw p column, Holm-adjusted column).
+FAMILY_TESTS = [("trends", "slope_p", "slope_p_holm"), ("trends", "p_value", "kendall_p_holm"),
+                ("trends", "matched_p", "matched_p_holm"), ("trends", "beyond_p", "beyond_p_holm"),
+                ("steps", "p", "p_holm"), ("positions", "p", "p_holm")]
+
+
+def family_problems(fam: dict) -> list[str]:
+    """gate_family's adjusted p-values against Holm by hand over the whole family (every test of every table at
+    once), and the step and position verdicts against those adjusted p (a claim only where p_H < ALPHA)."""
+    raw = [v for table, col, _ in FAMILY_TESTS for v in fam[table][col].astype(float)]
+    want = iter(holm_by_hand(raw))
+    out = []
+    for table, col, adj in FAMILY_TESTS:
+        for i, got in enumerate(fam[table][adj].astype(float)):
+            w = next(want)
+            if got != pytest.approx(w, rel=1e-9, nan_ok=True):
+                out.append(f"{table}.{adj}[{i}] = {got:.6g}, Holm over the family gives {w:.6g}")
+    for table, none in (("steps", "no clear change"), ("positions", "no clear trend")):
+        for p_h, v in zip(fam[table]["p_holm"], fam[table]["verdict"]):
+            if (p_h < effects.ALPHA) == (v == none):
+                out.append(f"{table}: verdict {v!r} at p_H {p_h:.4g}")
+    return out
+
+
+def test_gate_verdicts_rest_on_holm_over_the_whole_family(monkeypatch):
+    """A planted gate that rises with n_step and with window position, noisy enough that some position slopes have a
+    raw p below 0.05 and a Holm-adjusted one above: gate_family's every adjusted p is Holm over the whole family
+    (hand computation, holm_by_hand), and those positions get no claim.  Mutations killed, each applied to the real
+    code (effects.holm replaced in the module that gate_family calls it from) and run here as controls: no
+    adjustment (the raw p: those positions are claimed to rise), and Bonferroni (every p times m)."""
+    gates = planted_gates(lambda n, p: 0.30 + 0.004 * n + 0.01 * p, noise=0.01)
+    fam = effects.gate_family(gates)
+    assert family_problems(fam) == []
+    decided_by_holm = fam["positions"][(fam["positions"]["p"] < effects.ALPHA)
+                                       & (fam["positions"]["p_holm"] >= effects.ALPHA)]
+    assert len(decided_by_holm) and set(decided_by_holm["verdict"]) == {"no clear trend"}
+
+    monkeypatch.setattr(effects, "holm", lambda p: np.asarray(p, dtype=float))  # no adjustment
+    unadjusted = effects.gate_family(gates)
+    assert family_problems(unadjusted) != []
+    assert "rises" in set(unadjusted["positions"].loc[decided_by_holm.index, "verdict"])
+    monkeypatch.setattr(effects, "holm", lambda p: np.minimum(1.0, np.asarray(p, dtype=float)
+                                                              * np.count_nonzero(~np.isnan(p))))  # Bonferroni
+    assert family_problems(effects.gate_family(gates)) != []
 
 
 def test_steps_use_welch_and_an_up_and_down_shape_is_non_monotone(monkeypatch):

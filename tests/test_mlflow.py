@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from lmgrid.analysis import build
 from lmgrid.analysis.fixtures import write_fake_results
 from lmgrid.tracking.mirror import TAG_KEY, registered_name, sync
-from lmgrid.run.key import all_runs
+from lmgrid.run.key import all_runs, expand_study
 
 CORPUS = "fx"
 STUDIES = {
@@ -81,6 +81,13 @@ def test_sync_contents_and_idempotence(results, tmp_path, new_store):
     assert {"metrics.json", "log.csv", "gates.csv", "curve.png", "environment"} <= artifacts
     study = runs[runs[f"tags.{TAG_KEY}"] == "study:context"].iloc[0]
     assert study["metrics.runs"] == 6 and study["params.arch"] == '["kn", "lstm"]'
+    # The study's best run is chosen on valid (issue 44), its test PPL only reported; no test-chosen metric.
+    scores = [json.loads((results / k.run_dir(CORPUS) / "metrics.json").read_text())
+              for k in expand_study(STUDIES["context"])]
+    pick = min(scores, key=lambda m: m["valid"]["ppl"])
+    assert study["metrics.best_valid_ppl"] == pytest.approx(pick["valid"]["ppl"])
+    assert study["metrics.test_ppl_of_best_valid"] == pytest.approx(pick["test"]["ppl"])
+    assert "metrics.best_test_ppl" not in runs.columns
     tables = {a.path for a in client.list_artifacts(study["run_id"], "tables")}
     assert {"tables/table.json", "tables/runs.json", "tables/gates_effect.json"} <= tables
     assert "study/ppl_vs_nstep.png" in {a.path for a in client.list_artifacts(study["run_id"], "study")}

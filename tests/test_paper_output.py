@@ -108,7 +108,7 @@ def test_no_title_or_label_runs_off_the_figure(built, tmp_path, monkeypatch):
 
 
 def test_figures_are_a_column_or_the_full_width_with_7_to_9_pt_truetype_text(built, tmp_path, monkeypatch):
-    """Every figure PDF of three studies is 3.3 or 6.9 in wide, holds no Type 3 font, and all its text is 7-9 pt;
+    """Every figure PDF of three studies is a column or the full text wide (plots.COLUMN_IN, FULL_IN), holds no Type 3 font, and all its text is 7-9 pt;
     axis labels are words, not code names.  Controls, run here: the same figure under the old settings (10 pt text,
     Type 3 fonts) and saved with bbox_inches='tight' (a size nobody chose) fails each check."""
     root, figs = built

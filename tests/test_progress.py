@@ -158,7 +158,8 @@ def test_progress_callback_writes_what_status_reads(tmp_path):
 @pytest.mark.full  # lmgrid status and plan build Snakemake's DAG (tests/tiers.py)
 def test_status_command_reads_the_config(tmp_path, repo):
     (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "corpus.name=nothing_yet"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--snakefile", str(repo / "Snakefile"),
+                        "--set", "corpus.name=nothing_yet"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     import yaml
@@ -169,14 +170,17 @@ def test_status_command_reads_the_config(tmp_path, repo):
     assert f"# nothing_yet: {n} cells: 0 done, 0 running, 0 failed, {n} pending" in r.stdout
     # A --configfile is applied over config.yaml, as Snakemake does; its bad value is blamed on it.
     (tmp_path / "preset.yaml").write_text("corpus: {name: from_preset}\n")
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--configfile", "preset.yaml"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--snakefile", str(repo / "Snakefile"),
+                        "--configfile", "preset.yaml"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith(f"# from_preset: {n} distinct cells"), r.stderr
     (tmp_path / "bad.yaml").write_text("train: {heads: 3}\n")
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--configfile", "bad.yaml"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--snakefile", str(repo / "Snakefile"),
+                        "--configfile", "bad.yaml"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("lmgrid: error: bad.yaml: train.heads: 3 does not fit"), r.stderr
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "train.lrr=1"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--snakefile", str(repo / "Snakefile"),
+                        "--set", "train.lrr=1"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == ("lmgrid: error: --config set: train.lrr: unknown key "
                                                       "(did you mean 'lr'?)")
@@ -197,7 +201,8 @@ def test_plan_with_an_unreachable_download_names_the_way_out(tmp_path, repo, mon
         "corpus: {name: ptb, kind: ptb, download: {base_url: 'http://127.0.0.1:%d/'}, sha256: {train: %s, valid: %s,"
         " test: %s}}\n" % (port, "a" * 64, "b" * 64, "c" * 64))
     env = {k: v for k, v in os.environ.items() if k != "LMGRID_PTB_DIR"}
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--configfile", "ptb.yaml"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--snakefile", str(repo / "Snakefile"),
+                        "--configfile", "ptb.yaml"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"http://127.0.0.1:{port}/ptb.train.txt" in r.stderr and "$LMGRID_PTB_DIR or corpus.files" in r.stderr
@@ -205,7 +210,7 @@ def test_plan_with_an_unreachable_download_names_the_way_out(tmp_path, repo, mon
     monkeypatch.delenv("LMGRID_PTB_DIR", raising=False)
     monkeypatch.setattr(dryrun, "explain", lambda message: message)
     with pytest.raises(LmgridError) as mutant:
-        dryrun.dry_run([str(tmp_path / "ptb.yaml")], workdir=tmp_path)
+        dryrun.dry_run([str(tmp_path / "ptb.yaml")], snakefile=repo / "Snakefile", workdir=tmp_path)
     assert f"http://127.0.0.1:{port}/ptb.train.txt" in str(mutant.value)
     assert "$LMGRID_PTB_DIR or corpus.files" not in str(mutant.value)
 
@@ -344,7 +349,8 @@ def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     # the two combinations that hold it (tests/tinygrid.py), then the tables and the MLflow mirror.
     assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "token_scores",
                         "combine", "combinations", "summary", "aggregate", "mlflow_sync"}
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--set", "ngram.addk_k=0.5", "--cores", "2"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--snakefile", str(repo / "Snakefile"),
+                        "--set", "ngram.addk_k=0.5", "--cores", "2"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     cells, others = _plan_rows(r.stdout, "Cells to run:"), _plan_rows(r.stdout, "Other jobs:")
@@ -352,6 +358,7 @@ def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     assert cells["addk n2 l1 window s0"][1] == "params changed: addk-k"
     assert cells["mkn n3 l1 window s0"][1] == "missing output"
     assert others["aggregate"][0] == "input rebuilt first" and others["mlflow_sync"][2] == "benchmark"
-    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--set", "ngram.addk_k=0.5"],
+    r = subprocess.run([sys.executable, "-m", "lmgrid", "status", "--snakefile", str(repo / "Snakefile"),
+                        "--set", "ngram.addk_k=0.5"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)
     assert "8 cells: 5 done, 0 running, 0 failed, 3 pending" in r.stdout, r.stdout + r.stderr

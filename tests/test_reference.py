@@ -11,7 +11,7 @@ from scipy import stats
 from lmgrid.analysis import reference as ref_mod
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import write_json
-from lmgrid.analysis.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, verdict, write
+from lmgrid.analysis.reference import COLUMNS, NO, NOT_RUN, UNKNOWN, YES, reference_table, write
 
 SMALL = {"hidden_dim": 200, "dropout": 0.0, "tie_weights": False, "bptt": 20}
 
@@ -91,26 +91,50 @@ def test_a_published_row_is_matched_on_its_setting(tmp_path, monkeypatch):
     assert pooled["seeds"] == 6 and pooled["test_ppl_mean"] != pytest.approx(114.0)
 
 
-def test_met_and_beats_need_the_interval_on_one_side(tmp_path):
+# (published row, the seeds' test PPLs, the verdict the interval supports): each case of the rule once.
+VERDICT_CASES = [
+    ("base", [100.0, 110.0, 120.0], "no difference shown"),  # mean 110 < 114.5 but the wide interval holds 114.5
+    ("base", [104.0, 104.5, 105.0], "beats"),  # a tight interval below
+    ("base", [120.0, 120.5, 121.0], "behind"),  # a tight interval above
+    ("repro", [113.0, 114.0, 115.0], "within ±3%"),  # a reproduction's tolerance: the interval inside +-3%
+    ("repro", [124.0, 125.0, 126.0], "outside ±3%"),
+    ("repro", [105.0, 114.0, 123.0], "undecided"),  # mean 114 inside the band, the interval reaches past it
+    ("repro", [115.0], "1 seed: no interval (the value is within ±3%)"),
+    ("base", [100.0], "1 seed: no interval"),
+]
+
+
+def verdict_problems(tmp_path) -> list[str]:
+    """Each VERDICT_CASES row through the real reference_table (its module's `verdict`): the cases whose verdict is
+    not the one the interval supports, plus a one-seed row that shows an interval."""
+    rows = {"base": ROWS[0], "repro": {**ROWS[0], "tolerance": 0.03}}
+    out = []
+    for i, (row, values, want) in enumerate(VERDICT_CASES):
+        got = reference_table([rows[row]], _seeds(tmp_path, f"v{i}_", values)).iloc[0]
+        if got["verdict"] != want:
+            out.append(f"{row} {values}: {got['verdict']!r}, not {want!r}")
+        if len(values) == 1 and not math.isnan(got["ci95_low"]):
+            out.append(f"{row} {values}: an interval from one seed")
+    return out
+
+
+def test_met_and_beats_need_the_interval_on_one_side(tmp_path, monkeypatch):
     """Means below the published 114.5 with a wide interval are "no difference shown"; a tight one below is
     "beats", above is "behind"; a reproduction's tolerance asks for the interval inside +-3%; one seed gives no
-    interval and no claim.  Kills "compare the mean only" (mean_only below, run as the negative control)."""
+    interval and no claim (VERDICT_CASES, through the real reference_table).  Mutation killed, applied to the real
+    code and run here as the negative control: reference.verdict comparing the mean only (the interval ignored: low
+    and high replaced by the mean), which calls the wide interval's row "beats" and the wide reproduction
+    "within ±3%"."""
+    assert verdict_problems(tmp_path) == []
     wide = reference_table(ROWS[:1], _seeds(tmp_path, "w", [100.0, 110.0, 120.0])).iloc[0]
-    assert wide["test_ppl_mean"] < 114.5 and wide["ci95_high"] > 114.5 and wide["verdict"] == "no difference shown"
-    assert reference_table(ROWS[:1], _seeds(tmp_path, "t", [104.0, 104.5, 105.0])).iloc[0]["verdict"] == "beats"
-    assert reference_table(ROWS[:1], _seeds(tmp_path, "a", [120.0, 120.5, 121.0])).iloc[0]["verdict"] == "behind"
-    repro = {**ROWS[0], "tolerance": 0.03}
-    assert reference_table([repro], _seeds(tmp_path, "r", [113.0, 114.0, 115.0])).iloc[0]["verdict"] == "within ±3%"
-    assert reference_table([repro], _seeds(tmp_path, "o", [124.0, 125.0, 126.0])).iloc[0]["verdict"] == "outside ±3%"
-    assert reference_table([repro], _seeds(tmp_path, "u", [105.0, 114.0, 123.0])).iloc[0]["verdict"] == "undecided"
-    one = reference_table([repro], _seeds(tmp_path, "s", [115.0])).iloc[0]
-    assert one["verdict"] == "1 seed: no interval (the value is within ±3%)" and math.isnan(one["ci95_low"])
-    assert reference_table(ROWS[:1], _seeds(tmp_path, "s1", [100.0])).iloc[0]["verdict"] == "1 seed: no interval"
+    assert wide["test_ppl_mean"] < 114.5 < wide["ci95_high"]  # the case the mutant gets wrong
 
-    def mean_only(comparable, low, high, mean, published, tolerance=None):
-        return verdict(comparable, mean, mean, mean, published, tolerance)
-
-    assert mean_only(YES, wide["ci95_low"], wide["ci95_high"], wide["test_ppl_mean"], 114.5) == "beats"
+    real = ref_mod.verdict
+    monkeypatch.setattr(ref_mod, "verdict", lambda comparable, low, high, mean, published, tolerance=None:
+                        real(comparable, mean, mean, mean, published, tolerance))  # the interval ignored
+    problems = verdict_problems(tmp_path)
+    assert "base [100.0, 110.0, 120.0]: 'beats', not 'no difference shown'" in problems
+    assert "repro [105.0, 114.0, 123.0]: 'within ±3%', not 'undecided'" in problems
 
 
 def test_bad_reference_keys_are_one_line(tmp_path):

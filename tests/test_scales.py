@@ -126,17 +126,17 @@ def test_the_comparison_sets_each_scales_answer_side_by_side(tmp_path):
 
 
 @pytest.mark.full
-def test_status_and_plan_show_each_scale_before_the_config(work, monkeypatch, capsys):
+def test_status_and_plan_show_each_scale_before_the_config(work, repo, monkeypatch, capsys):
     """Kills "make status/plan show the config alone" (a scale's cells, which `make run` trains first, unlisted):
     the scale's table comes first, with its own files and SET."""
     from lmgrid.orchestration import progress
 
     calls = []
-    monkeypatch.setattr(progress, "_one", lambda command, files, assignments, cores: calls.append((files, assignments)))
-    progress.main("status", ["presets/main.yaml"], "", 2)
+    monkeypatch.setattr(progress, "_one", lambda command, files, assignments, cores, snakefile=None: calls.append((files, assignments)))
+    progress.main("status", ["presets/main.yaml"], "", 2, str(repo / "Snakefile"))
     assert calls == [(["presets/wide.yaml"], "corpus.name=synth-wide scales={}"), (["presets/main.yaml"], "")]
     out = capsys.readouterr().out
     assert out.index("## scale 'wide' (results/synth-wide/") < out.index("## this config (results/synth/)")
     calls.clear()
-    progress.main("plan", ["later.yaml"], "", 2)  # Negative control: no scales, one table, no headings.
+    progress.main("plan", ["later.yaml"], "", 2, str(repo / "Snakefile"))  # Negative control: no scales, one table, no headings.
     assert calls == [(["later.yaml"], "")] and "##" not in capsys.readouterr().out

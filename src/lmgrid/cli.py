@@ -146,6 +146,10 @@ def cmd_score(a) -> None:
     from lmgrid import lm
 
     summary = lm.score_file(lm.load(a.run), a.text, a.out)
+    # The vocabulary maps unknown words to <unk> silently; a text of mostly <unk> scores a PPL that says little.
+    share = summary["unknown"] / summary["tokens"] if summary["tokens"] else 0.0
+    print(f"# {a.text}: {summary['unknown']} of {summary['tokens']} counted tokens ({share:.1%}) are not in the "
+          f"run's vocabulary and were scored as <unk>", file=sys.stderr)
     print(f"# {summary['sentences']} sentences, {summary['tokens']} counted tokens, "
           f"nll {summary['nll_nats']:.2f} nats, PPL {summary['ppl']:.3f}", file=sys.stderr)
 
@@ -265,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", default="", metavar="'KEY=VALUE ...'", help="overrides, as --config set=... takes")
         s.add_argument("--cores", type=count(1), default=os.cpu_count() or 1,
                        help="cores of the run, for the wall-time estimate (default: this machine's)")
+        s.add_argument("--snakefile", help="the workflow to plan with (default: ./Snakefile, of this folder)")
         s.set_defaults(func=cmd_progress, command_name=name)
 
     import importlib
@@ -295,7 +300,7 @@ def _group_commands(p: argparse.ArgumentParser, sub) -> None:
 def cmd_progress(a) -> None:
     from lmgrid.orchestration.progress import main as progress_main
 
-    progress_main(a.command_name, a.configfile, a.set, a.cores)
+    progress_main(a.command_name, a.configfile, a.set, a.cores, a.snakefile)
 
 
 def cmd_warm_server(a) -> None:

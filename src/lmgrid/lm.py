@@ -41,8 +41,14 @@ def load(run_dir: str | Path) -> LanguageModel:
     raise LmgridError(f"{run_dir}: no trained model here (expected model.arpa or model.ckpt)")
 
 
+def unknown_tokens(vocab: Vocab, sentences: list[list[str]]) -> int:
+    """Words of `sentences` outside the vocabulary, each scored as <unk> (a literal <unk> in the text is known)."""
+    return sum(1 for s in sentences for t in s if t not in vocab.index)
+
+
 def score_file(model: LanguageModel, text_path, out_path=None) -> dict:
-    """Per-sentence log-prob (nats) and PPL of a text file, and the total PPL."""
+    """Per-sentence log-prob (nats) and PPL of a text file, the total PPL, and how many of its counted tokens were
+    unknown words (scored as <unk>: a PPL over mostly <unk> says little about the text)."""
     from lmgrid.data.corpus import read_sentences
 
     sentences, _ = read_sentences(text_path)
@@ -63,7 +69,7 @@ def score_file(model: LanguageModel, text_path, out_path=None) -> dict:
     else:
         print(text, end="")
     summary = {"sentences": len(rows), "tokens": total_tokens, "nll_nats": total_nll,
-               "ppl": perplexity(total_nll, total_tokens)}
+               "ppl": perplexity(total_nll, total_tokens), "unknown": unknown_tokens(model.vocab, sentences)}
     return summary
 
 

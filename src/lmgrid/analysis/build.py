@@ -8,7 +8,7 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import expand_study
 from lmgrid.analysis import findings, gate_plots, plots, run_curves, tables
 from lmgrid.analysis.collect import load_study, read_oracle
-from lmgrid.analysis.layout import STUDIES_DIR, TABLE_EXTS, study_plan
+from lmgrid.analysis.layout import COLUMN_SUFFIX, STUDIES_DIR, TABLE_EXTS, study_plan
 
 
 def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: str | Path = ".",
@@ -30,17 +30,19 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
                         *(f"{stem('table')}.{e}" for e in TABLE_EXTS), valid_tex_path=f"{stem('table_valid')}.tex")
     written += [f"{stem('table')}.{e}" for e in TABLE_EXTS] + [f"{stem('table_valid')}.tex"]
     for s in plan:  # figures carry no title: the caption (workflow/report/<kind>.rst) says what they show
-        if s == "ppl_vs_nstep":
-            written += plots.ppl_vs_nstep(summary, oracle_test, stem(s))
-        elif s == "ppl_vs_layers":
-            written += plots.ppl_vs_layers(summary, oracle_test, stem(s))
+        column = s.endswith(COLUMN_SUFFIX)  # the main figure again, a column wide (layout.study_plan)
+        kind = s.removesuffix(COLUMN_SUFFIX)
+        if kind == "ppl_vs_nstep":
+            written += plots.ppl_vs_nstep(summary, oracle_test, stem(s), column=column)
+        elif kind == "ppl_vs_layers":
+            written += plots.ppl_vs_layers(summary, oracle_test, stem(s), column=column)
         elif s == "curves":
             written += plots.curves(data["logs"], stem(s))
         elif s == "valid_curves":
             written += run_curves.valid_curves(data["logs"], data["runs"], stem(s))
-        elif s == "gates_vs_nstep":
+        elif kind == "gates_vs_nstep":
             _need(data["gates"], "all", name)
-            written += gate_plots.gate_means(data["gates"], stem(s))
+            written += gate_plots.gate_means(data["gates"], stem(s), column=column)
         elif s == "gates_vs_position":
             _need(data["gates"], "position", name)
             written += gate_plots.gate_positions(data["gates"], stem(s))

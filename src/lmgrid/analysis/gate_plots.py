@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from lmgrid.run.gate_facts import saturation_bounds
-from lmgrid.analysis import names, plots  # first: plots selects the Agg backend before pyplot loads
+from lmgrid.analysis import names, palette, plots  # first: plots selects the Agg backend before pyplot loads
 
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -23,9 +23,10 @@ def _gate_panels(df: pd.DataFrame, layer_first: bool) -> list[tuple[int, str]]:
 
 
 @plots.paper_style
-def gate_means(gates: pd.DataFrame, stem: str) -> list[str]:
+def gate_means(gates: pd.DataFrame, stem: str, column: bool = False) -> list[str]:
     """Mean gate activation against n_step (gate values with an effect only), one panel per gate and layer
-    (layers from 1); error bars: the 95% t interval over seeds (none with one seed).  One legend for the figure."""
+    (layers from 1); error bars: the 95% t interval over seeds (none with one seed).  One legend for the figure.
+    `column`: a column wide, two panels a row (the version for a one-column paper)."""
     from lmgrid.analysis.effects import gate_means_by_nstep
 
     df = gate_means_by_nstep(gates)
@@ -33,21 +34,26 @@ def gate_means(gates: pd.DataFrame, stem: str) -> list[str]:
     parts = ["layers"] if raw["layers"].nunique() > 1 else []
     panels = _gate_panels(df, layer_first=False)
     series = plots._series(df.assign(regime="window"), parts)
-    fig, axes = plots._grid(len(panels), 1.6, ncols_max=4, extra_h=0.15 * math.ceil(len(series) / 4))
+    legend_cols = 2 if column else 4
+    fig, axes = plots._grid(len(panels), 1.6, ncols_max=4, extra_h=0.15 * math.ceil(len(series) / legend_cols),
+                            column=column)
     colours = plots._colours(series)
+    markers = {name: palette.marker(model) for name, model, _ in series}
     handles = {}
+    # two panels a column wide leave about 16 characters a title line: the layer goes on a line of its own
+    sep = "\n" if column else ", "
     for ax, (layer, gate) in zip(axes, panels):
         p = df[(df["layer"] == layer) & (df["gate"] == gate)].assign(regime="window")
         for name, _, per in plots._series(p, parts):
             yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
-            handles[name] = plots._bars(ax, per["n_step"], per["mean"], yerr, per["seeds"], marker="o",
-                                  color=colours[name], label=name)
-        ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
+            handles[name] = plots._bars(ax, per["n_step"], per["mean"], yerr, per["seeds"], marker=markers[name],
+                                        color=colours[name], label=name)
+        ax.set_title(f"{GATE_NAMES.get(gate, gate)}{sep}layer {layer + 1}")
         ax.set_xticks(sorted(p["n_step"].unique()))
     fig.supxlabel(plots.NSTEP_LABEL, fontsize=plots.PAPER_STYLE["axes.labelsize"])
     fig.supylabel("mean gate activation", fontsize=plots.PAPER_STYLE["axes.labelsize"])
     fig.legend(handles=[handles[n] for n, _, _ in series if n in handles], loc="outside upper center",
-               ncol=min(len(handles), 4))
+               ncol=min(len(handles), legend_cols))
     return plots.save(fig, stem)
 
 
@@ -119,7 +125,8 @@ def saturation(gates: pd.DataFrame, stem: str) -> list[str]:
         ax.set_aspect("equal")
         ax.set_title(f"{GATE_NAMES.get(gate, gate)}, layer {layer + 1}")
         low, high = saturation_bounds(gate)
-        ax.set_xlabel(f"fraction of steps < {low:g}")
+        # on two lines: a 3.03-inch column of two panels has no room for it on one
+        ax.set_xlabel(f"fraction of steps\n< {low:g}")
         ax.set_ylabel(f"fraction of steps > {high:g}" if i % n_gates == 0 else "")
     if panels:
         handles, names_ = axes[0].get_legend_handles_labels()

@@ -17,6 +17,9 @@ EMBEDDINGS_DIR = "results/{corpus}/embeddings"  # `lmgrid embeddings` (lmgrid.em
 EMBEDDING_VECTORS = "embeddings/vectors"  # a cell's word vectors: RunKey.beside(corpus, EMBEDDING_VECTORS)
 TABLE_EXTS = ("csv", "md", "tex", "html")  # html: the view in the Snakemake report
 FIGURE_EXTS = ("pdf", "png")
+# The study's main figure (main_figure) is also written a column wide, as <stem>_column.{pdf,png}, for a one-column
+# paper; the report shows the main one only (the same figure at another size).
+COLUMN_SUFFIX = "_column"
 
 
 def model_id(arch: str, impl: str) -> str:
@@ -36,6 +39,15 @@ def gated_models(keys: list[RunKey]) -> list[tuple[str, str]]:
 
 def study_plan(study: dict) -> dict[str, list[str]]:
     """Output stem -> extensions for one study; stems are file names without extension."""
+    plan = _plan(study)
+    main = _main(plan, expand_study(study))
+    if main:
+        plan[main + COLUMN_SUFFIX] = list(FIGURE_EXTS)
+    return plan
+
+
+def _plan(study: dict) -> dict[str, list[str]]:
+    """study_plan without the column version of the main figure (which needs this plan to be chosen)."""
     keys = expand_study(study)
     window_steps = {k.n_step for k in keys if k.regime == "window" and not k.is_ngram} | \
                    {k.n_step for k in keys if k.is_ngram}
@@ -115,7 +127,10 @@ def report_item(stem: str, ext: str) -> tuple[str, str] | None:
 def main_figure(study: dict) -> str | None:
     """The figure that answers the study's question: the gate means for a study of LSTM/GRU runs only that varies
     n_step, else PPL against n_step, else against layers; None when no figure varies an axis."""
-    plan, keys = study_plan(study), expand_study(study)
+    return _main(_plan(study), expand_study(study))
+
+
+def _main(plan: dict, keys: list[RunKey]) -> str | None:
     if "gates_vs_nstep" in plan and all(k.arch in GATED_ARCHS for k in keys):
         return "gates_vs_nstep"
     return next((s for s in ("ppl_vs_nstep", "ppl_vs_layers") if s in plan), None)

@@ -23,14 +23,14 @@ from matplotlib.lines import Line2D  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lmgrid.common.fileio import atomic_write  # noqa: E402
-from lmgrid.analysis import names  # noqa: E402
+from lmgrid.analysis import names, palette  # noqa: E402
 
 NGRAM_STYLE = {"addk": ":", "katz": "-.", "kn": "--", "mkn": (0, (7, 2))}
-NGRAM_MARKER = {"addk": "v", "katz": "^", "kn": "s", "mkn": "D"}
-# One colour per model id, in the order of names.DISPLAY, so a model has the same colour in every figure.
-MODEL_COLOURS = dict(zip(names.DISPLAY, [*(plt.get_cmap("tab10")(i) for i in range(10)), "#8c6d31", "#393b79"]))
-# Printed widths (inches): one column and the full text width of a two-column paper (ACL, IEEE: 3.3 and 6.9).
-COLUMN_IN, FULL_IN = 3.3, 6.9
+# One colour and marker per model id, the same in every figure (analysis.palette).
+MODEL_COLOURS = palette.MODEL_COLOURS
+# Printed widths (inches): one column and the full text width of a two-column paper.  The narrower of ACL's and
+# IEEE's: ACL's column is 3.03 in (7.7 cm) and its text 6.3 in (16 cm); IEEE's are 3.5 and 7.16 in.
+COLUMN_IN, FULL_IN = 3.03, 6.3
 # Every figure is drawn and saved under these settings: text at 7-8 pt at the printed size, TrueType (Type 42)
 # fonts in PDF and PostScript (Type 3 fonts are rejected by the ACL and IEEE checkers), thin lines, and the
 # constrained layout, which keeps labels and outside legends within the figure's own size.
@@ -101,13 +101,20 @@ def _series(df: pd.DataFrame, parts: list[str]) -> list[tuple[str, str, pd.DataF
             for r in order]
 
 
+def _variants(series: list[tuple[str, str, pd.DataFrame]]) -> dict:
+    """Label -> its place among the lines of its own model (0 for the first or only one)."""
+    seen: dict[str, int] = {}
+    out = {}
+    for label, model, _ in series:
+        out[label] = seen.get(model, 0)
+        seen[model] = out[label] + 1
+    return out
+
+
 def _colours(series: list[tuple[str, str, pd.DataFrame]]) -> dict:
-    """Label -> colour: the model's fixed colour when each model has one line, else tab10 in line order."""
-    models = [m for _, m, _ in series]
-    if len(set(models)) == len(models) and all(m in MODEL_COLOURS for m in models):
-        return {label: MODEL_COLOURS[m] for label, m, _ in series}
-    cmap = plt.get_cmap("tab10")
-    return {label: cmap(i % 10) for i, (label, _, _) in enumerate(series)}
+    """Label -> colour: the model's own colour (analysis.palette), never one taken in line order, so a model keeps
+    its colour in every figure; a model's 2nd, 3rd, ... line a darker or lighter shade of it."""
+    return {label: palette.variant(model, k) for (label, model, _), k in zip(series, _variants(series).values())}
 
 
 def _bars(ax, x, y, spread, seeds, **kw):
@@ -154,25 +161,33 @@ def close_lines(df: pd.DataFrame, x: str, series: list[tuple[str, str, pd.DataFr
     return close if len(close) >= 2 else []
 
 
-def _ppl_against(df: pd.DataFrame, x: str, parts: list[str], oracle_ppl, xlabel: str, stem: str) -> list[str]:
+def _ppl_against(df: pd.DataFrame, x: str, parts: list[str], oracle_ppl, xlabel: str, stem: str,
+                 column: bool = False) -> list[str]:
     """Test PPL against `x`, one line per model (panel a).  When two or more lines are close to the best
     (close_lines), a second panel (b) shows them as the percentage above the best line at each x, so models that
-    one scale would draw on top of each other stay apart; the figure is then full width, else a column wide."""
+    one scale would draw on top of each other stay apart; the figure is then full width, else a column wide.
+    `column`: always a column wide, the two panels one above the other (the version for a one-column paper)."""
     series = _series(df, parts)
     close = close_lines(df, x, series)
-    colours = _colours(series)
+    colours, variants = _colours(series), _variants(series)
     xs = sorted(df[x].unique())
     n_items = len(series) + (oracle_ppl is not None)
-    if close:
+    legend_h = 0.14 * math.ceil(n_items / 2)
+    if close and column:
+        fig, (ax, ax_b) = figure(COLUMN_IN, 4.2 + legend_h, 2, 1)
+    elif close:
         fig, (ax, ax_b) = figure(FULL_IN, 2.5, 1, 2)
     else:
-        fig, (ax,) = figure(COLUMN_IN, 2.3 + 0.14 * math.ceil(n_items / 2))
+        fig, (ax,) = figure(COLUMN_IN, 2.3 + legend_h)
     best = df.groupby(x)["test_ppl_mean"].min()
     handles = []
     for label, model, g in series:
         g = g.sort_values(x)
-        style = {"ls": NGRAM_STYLE.get(g["arch"].iloc[0], "-"), "marker": NGRAM_MARKER.get(g["arch"].iloc[0], "o"),
+        # a model's 2nd, 4th, ... line: hollow markers, beside the shade of its colour (two cues, not one)
+        style = {"ls": NGRAM_STYLE.get(g["arch"].iloc[0], "-"), "marker": palette.marker(model),
                  "color": colours[label], "label": label}
+        if variants[label] % 2:
+            style["mfc"] = "white"
         handles.append(_bars(ax, g[x], g["test_ppl_mean"], g["test_ppl_std"], g["seeds"], **style))
         if label in close:
             scale = 100 / best.reindex(g[x]).to_numpy()
@@ -190,27 +205,28 @@ def _ppl_against(df: pd.DataFrame, x: str, parts: list[str], oracle_ppl, xlabel:
         ax_b.set_ylabel("test PPL above the best (%)")
         ax_b.axhline(0, color="grey", lw=0.6)
     handles += [oracle] if oracle else []
-    _figure_legend(fig, handles, below=not close)
+    _figure_legend(fig, handles, below=column or not close)
     return save(fig, stem)
 
 
 @paper_style
-def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str) -> list[str]:
+def ppl_vs_nstep(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, column: bool = False) -> list[str]:
     df = summary[summary["regime"] == "window"]
     return _ppl_against(df, "n_step", ["layers"] if df["layers"].nunique() > 1 else [], oracle_ppl, NSTEP_LABEL,
-                        stem)
+                        stem, column)
 
 
 @paper_style
-def ppl_vs_layers(summary: pd.DataFrame, oracle_ppl: float | None, stem: str) -> list[str]:
+def ppl_vs_layers(summary: pd.DataFrame, oracle_ppl: float | None, stem: str, column: bool = False) -> list[str]:
     df = summary[~summary["arch"].isin(list(NGRAM_STYLE))]
     return _ppl_against(df, "layers", ["n_step"] if df["n_step"].nunique() > 1 else [], oracle_ppl, LAYERS_LABEL,
-                        stem)
+                        stem, column)
 
 
-def _grid(n: int, panel_h: float, ncols_max: int = 3, extra_h: float = 0.0):
+def _grid(n: int, panel_h: float, ncols_max: int = 3, extra_h: float = 0.0, column: bool = False):
     """n panels in rows of ncols_max (or one fewer, above 3, when that leaves fewer empty places): a column wide for
-    one or two panels, else the full width."""
+    one or two panels, else the full width.  `column`: a column wide whatever n, two panels a row."""
+    ncols_max = min(ncols_max, 2) if column else ncols_max
     choices = (ncols_max, ncols_max - 1) if ncols_max > 3 else (ncols_max,)
     ncols = n if n <= ncols_max else min(choices, key=lambda c: (-n % c, -c))
     nrows = math.ceil(n / ncols)
@@ -233,7 +249,7 @@ def curves(logs: pd.DataFrame, stem: str) -> list[str]:
         ax.sharey(axes[0])
     for i, (ax, model) in enumerate(zip(axes, models)):
         series = _series(logs[logs["model"] == model], varying)
-        colours = _colours(series) if len(series) > 1 else {series[0][0]: MODEL_COLOURS.get(model, "C0")}
+        colours = _colours(series)
         for name, _, s in series:
             by_epoch = s.groupby("epoch")
             m = by_epoch[["train_ppl", "valid_ppl"]].mean()

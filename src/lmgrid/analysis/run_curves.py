@@ -1,7 +1,7 @@
 """Each run's valid PPL after every epoch, one line per run: where each run was when it stopped, and why.
 
 `valid_curves.{pdf,png}` of every study with neural runs (lmgrid.analysis.layout): one line per run (colour: the
-configuration, line style: the seed) and its last epoch marked by how the run ended (metrics.json
+model, shaded by configuration, line style: the seed) and its last epoch marked by how the run ended (metrics.json
 `stopped_because`): a circle for `plateau` (converged by the schedule's rule), a cross for `budget` (the epoch cap
 came first; it may still have been improving).  Kept apart from plots.curves, which averages over seeds.
 """
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from lmgrid.analysis import names, plots
+from lmgrid.analysis import names, palette, plots
 
 END_MARKERS = {"plateau": ("o", "plateau (converged)"), "budget": ("X", "budget (epoch cap reached)")}
 OTHER_END = ("s", "other end")
@@ -35,10 +35,10 @@ def valid_curves(logs: pd.DataFrame, runs: pd.DataFrame, stem: str) -> list[str]
     configs = list(dict.fromkeys(config for config, *_ in series))
     varying = [k for i, k in enumerate(CONFIG_KEYS[1:], 1) if len({c[i] for c in configs}) > 1]
     seeds = sorted({seed for _, seed, _, _ in series})
-    one_per_model = len({c[0] for c in configs}) == len(configs)
-    cmap = plt.get_cmap("tab10")
-    colours = {c: plots.MODEL_COLOURS.get(c[0], cmap(i % 10)) if one_per_model else cmap(i % 10)
-               for i, c in enumerate(configs)}
+    # colour: the model's own (analysis.palette), its other configurations darker or lighter shades of it; a
+    # colour cycle ran out at 10 of a study's 15 configurations and coloured models by their place in the list
+    per_model = [sum(d[0] == c[0] for d in configs[:i]) for i, c in enumerate(configs)]
+    colours = {c: palette.variant(c[0], k) for c, k in zip(configs, per_model)}
     fig, (ax,) = plots.figure(plots.FULL_IN, 3.0)
     with plt.rc_context(plots.PAPER_STYLE):
         ends = set()

@@ -87,16 +87,22 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     return show.rename(columns=PPL_HEADS)
 
 
+# The column a best cell is chosen on: valid, never test (issue 44); test PPL is only reported for the chosen cell.
+SELECT_ON = "valid_ppl"
+BEST_CELL = "Best cell (chosen on valid)"
+
+
 def headline(table: pd.DataFrame) -> pd.DataFrame:
-    """Each model's best cell: the configuration with the lowest test PPL averaged over its seeds, in the fixed model
-    order, the oracle last (display names, PPL to 2 decimals)."""
+    """Each model's best cell, chosen on valid: the configuration with the lowest valid PPL averaged over its seeds
+    (the first in the table's order on a tie), shown with that cell's mean valid and test PPL; test never takes part
+    in the choice.  In the fixed model order, the oracle last (display names, PPL to 2 decimals)."""
     from lmgrid.analysis import names
 
     t = _ordered(table)
     cells = (t.groupby(["model_id", "n_step", "layers", "regime"], sort=False, dropna=False)
              .agg(seeds=("test_ppl", "size"), valid_ppl=("valid_ppl", "mean"), test_ppl=("test_ppl", "mean"))
              .reset_index())
-    best = cells.loc[cells.groupby("model_id", sort=False)["test_ppl"].idxmin()]
+    best = cells.loc[cells.groupby("model_id", sort=False)[SELECT_ON].idxmin()]
     rows = []
     for r in best.itertuples(index=False):
         if r.model_id == "oracle":
@@ -107,9 +113,9 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
             cell = ("stream, " + layers if r.regime == "stream" else f"n = {int(r.n_step)}"
                     + ("" if names.is_ngram(r.model_id) else f", {layers}"))
             seeds = str(int(r.seeds))
-        rows.append({"Model": model, "Best cell": cell, "Seeds": seeds, "Valid PPL": f"{r.valid_ppl:,.2f}",
+        rows.append({"Model": model, BEST_CELL: cell, "Seeds": seeds, "Valid PPL": f"{r.valid_ppl:,.2f}",
                      "Test PPL": f"{r.test_ppl:,.2f}"})
-    return pd.DataFrame(rows, columns=["Model", "Best cell", "Seeds", "Valid PPL", "Test PPL"])
+    return pd.DataFrame(rows, columns=["Model", BEST_CELL, "Seeds", "Valid PPL", "Test PPL"])
 
 
 def headline_text(csv_path: str) -> str:
@@ -133,7 +139,8 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
         stats_show[col] = stats_show[col].map("{:,}".format)
     ppl_note = "Perplexity counts every word and one `</s>` per sentence; `<s>` is never counted."
     md = [f"# Results: {corpus}", "",
-          "Each model's best cell (lowest test PPL, mean over seeds; the oracle is the true grammar's):", "",
+          "Each model's best cell, chosen on valid (lowest valid PPL, mean over seeds), with that cell's test PPL; the "
+          "oracle is the true grammar's:", "",
           top.to_markdown(index=False, disable_numparse=True) if len(top) else "(no models)", "",
           f"Vocabulary: {stats.attrs['vocab_size']:,} entries (4 specials included).", "",
           stats_show.to_markdown(index=False, disable_numparse=True), "",
@@ -149,7 +156,8 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
         def styled(df, uuid, caption):
             return df.style.set_uuid(uuid).hide(axis="index").set_caption(caption).to_html()
 
-        body = [styled(top, "headline", "Each model's best cell: lowest test perplexity, mean over seeds"),
+        body = [styled(top, "headline", "Each model's best cell, chosen on valid (lowest valid perplexity, mean "
+                                         "over seeds), with that cell's test perplexity"),
                 f"<p>Vocabulary: {stats.attrs['vocab_size']:,} entries (4 specials included).</p>",
                 styled(stats_show, "corpus", "Corpus"),
                 styled(show, "ppl", "Perplexity of every run (every word and one &lt;/s&gt; per sentence; never "

@@ -7,6 +7,7 @@ in its note, and the neighbours are what there is to read.
 from __future__ import annotations
 
 import math
+import textwrap
 from html import escape
 
 import matplotlib
@@ -23,8 +24,9 @@ from lmgrid.embed.evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map
 MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label
-# A label's box in fractions of the axes (7-pt text on a 3.3-inch figure): characters wide, one line high.
-CHAR_W, LINE_H = 0.022, 0.05
+# A label's box in fractions of the axes (7-pt text on a COLUMN_IN-wide figure; 0.022 was measured at 3.3 in):
+# characters wide, one line high.
+CHAR_W, LINE_H = 0.022 * 3.3 / COLUMN_IN, 0.05
 
 
 def _rho(row, bench: str) -> str:
@@ -132,6 +134,8 @@ def write_map(kv, words_by_count: list[str], caption: str, stem) -> list[str]:
             ax.annotate(words[i], points[i], fontsize=7, xytext=(2, 2), textcoords="offset points")
         ax.set_xlabel("principal component 1")
         ax.set_ylabel("principal component 2")
-        # A panel label, not a title: which vectors these are (the caption says how they were chosen).
-        ax.text(0.01, 0.99, caption, transform=ax.transAxes, fontsize=7, va="top")
+        # A panel label above the axes, not inside them, where it sat on the labels of the points at the top left;
+        # it says which vectors these are (the report's caption says how they were chosen).
+        # wrapped: "LSTM (cell, one bias) n5 l2 window s1, input embedding" is wider than a column
+        ax.set_title(textwrap.fill(caption, 48), loc="left", fontsize=7)
     return save(fig, str(stem))

@@ -17,7 +17,9 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.data.rawdata import PTB_DIR_ENV
 from lmgrid.run.key import RunKey
 
-SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"
+# The workflow of the folder a user runs `lmgrid status` or `plan` in, as `snakemake` itself finds it: not the
+# Snakefile beside the installed package, which belongs to another checkout when lmgrid is installed elsewhere.
+SNAKEFILE = "Snakefile"
 CELL_RULES = ("ngram", "train", "train_gated")  # rules with one job per grid cell
 
 
@@ -108,9 +110,22 @@ def explain(message: str) -> str:
     return message
 
 
-def dry_run(configfiles=(), assignments: str = "", cores: int = 1, snakefile: str | Path = SNAKEFILE,
+def snakefile_path(given: str | Path | None = None) -> Path:
+    """The Snakefile to plan with: `given` (--snakefile), else ./Snakefile of the current folder; one line when
+    there is none."""
+    path = Path(given or SNAKEFILE)
+    if not path.is_file():
+        where = f"{path}: file not found" if given else f"no Snakefile in {Path.cwd()}"
+        raise LmgridError(f"{where} (run lmgrid status or plan in the folder holding the Snakefile, or give "
+                          "--snakefile)")
+    return path.resolve()
+
+
+def dry_run(configfiles=(), assignments: str = "", cores: int = 1, snakefile: str | Path | None = None,
             workdir: str | Path = ".") -> Plan:
-    """The jobs `snakemake -n --cores CORES [--configfile F]... [--config set=ASSIGNMENTS]` would run."""
+    """The jobs `snakemake -n --cores CORES [--configfile F]... [--config set=ASSIGNMENTS]` would run, by the
+    Snakefile `snakefile` (default: ./Snakefile, snakefile_path)."""
+    snakefile = snakefile_path(snakefile)
     started = time.time()
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings

@@ -275,26 +275,28 @@ def format_plan(config: dict, cells: list[Cell], rest: Left) -> str:
     return "\n".join(lines)
 
 
-def main(command: str, configfiles: list[str], assignments: str, cores: int) -> None:
+def main(command: str, configfiles: list[str], assignments: str, cores: int, snakefile: str | None = None) -> None:
     from lmgrid.orchestration.config import load_config
-
+    from lmgrid.orchestration.dryrun import snakefile_path
     from lmgrid.orchestration.scales import scales_of
+
+    snakefile = str(snakefile_path(snakefile))  # first: a folder without a Snakefile is the likeliest slip
 
     # A config's scales (lmgrid.orchestration.scales) run first under `make run`: each gets its own table, under its own heading.
     scales = scales_of(configfiles, assignments)
     for scale in scales:
         print(f"## scale '{scale.label}' (results/{scale.corpus}/, run first)\n")
-        _one(command, list(scale.configfiles), scale.assignments, cores)
+        _one(command, list(scale.configfiles), scale.assignments, cores, snakefile)
     if scales:
         print(f"\n## this config (results/{load_config(configfiles, assignments)['corpus']['name']}/)\n")
-    _one(command, configfiles, assignments, cores)
+    _one(command, configfiles, assignments, cores, snakefile)
 
 
-def _one(command: str, configfiles: list[str], assignments: str, cores: int) -> None:
+def _one(command: str, configfiles: list[str], assignments: str, cores: int, snakefile: str | None = None) -> None:
     from lmgrid.orchestration.config import load_config
 
     config = load_config(configfiles, assignments)
-    plan = dry_run(configfiles, assignments, cores)
+    plan = dry_run(configfiles, assignments, cores, snakefile)
     cells = grid_status(config, plan)
     rest = left(config, cells, plan, cores, startup=command == "plan")
     print(format_status(config, cells, rest) if command == "status" else format_plan(config, cells, rest))

@@ -403,13 +403,17 @@ class Syncer:
         return rid
 
     def sync_study(self, name: str, study: dict, study_dir: Path, cell_ids: dict[RunKey, str],
-                   test_ppl: dict[RunKey, float]) -> str:
+                   ppl: dict[RunKey, tuple[float, float]]) -> str:
+        """One run per study: its tables and figures, its runs' table, and the metrics `best_valid_ppl` and
+        `test_ppl_of_best_valid`: the run with the lowest valid PPL, chosen on valid (never on test), and its test
+        PPL.  `ppl`: each cell's (valid PPL, test PPL)."""
         keys = expand_study(study)
         files = sorted(p for p in study_dir.iterdir() if p.is_file()) if study_dir.is_dir() else []
         if not files:
             raise LmgridError(f"{study_dir}: no study outputs (run `lmgrid aggregate` first)")
         runs = pd.DataFrame({"run": [k.name for k in keys], "mlflow_run_id": [cell_ids[k] for k in keys],
-                             "test_ppl": [test_ppl.get(k) for k in keys]})
+                             "valid_ppl": [ppl.get(k, (None, None))[0] for k in keys],
+                             "test_ppl": [ppl.get(k, (None, None))[1] for k in keys]})
         digest = _sha([p for p in files if p.suffix in (".csv", ".md", ".tex")],
                       extra=json.dumps(study, sort_keys=True) + runs.to_csv(index=False))
         run, fresh = self._start(f"study:{name}", digest, f"study: {name}", {TAG_KIND: "study"})
@@ -418,8 +422,7 @@ class Syncer:
         rid = run.info.run_id
         params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in study.items()}
         final = {"runs": float(len(keys))}
-        if runs["test_ppl"].notna().any():
-            final["best_test_ppl"] = float(runs["test_ppl"].min())
+        final.update(best_on_valid(runs))
         _log_all(self.client, rid, params, {}, final, [], int(time.time() * 1000))
         self.client.log_table(rid, runs, "tables/runs.json")
         with tempfile.TemporaryDirectory() as tmp:
@@ -470,6 +473,17 @@ class Syncer:
         return rid
 
 
+def best_on_valid(runs: pd.DataFrame) -> dict[str, float]:
+    """A study run's `best_valid_ppl` and `test_ppl_of_best_valid`: the run (a row of `runs`, columns valid_ppl and
+    test_ppl) with the lowest valid PPL, the first on a tie, and that run's test PPL; {} when no run has a valid PPL.
+    Chosen on valid, never on test (issue 44): the test PPL is only reported."""
+    valid = pd.to_numeric(runs["valid_ppl"], errors="coerce")
+    if valid.isna().all():
+        return {}
+    best = runs.loc[valid.idxmin()]
+    return {"best_valid_ppl": float(best["valid_ppl"]), "test_ppl_of_best_valid": float(best["test_ppl"])}
+
+
 def registered_name(experiment: str, key: RunKey) -> str:
     """The registered-model name of a grid cell (mlflow.register_models): experiment and run key."""
     return f"{experiment}.{key.arch}.{key.impl}.n{key.n_step}.l{key.layers}.{key.regime}.s{key.seed}"
@@ -485,17 +499,18 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
     for name, study in studies.items():
         for k in expand_study(study):
             membership.setdefault(k, []).append(name)
-    cell_ids, test_ppl = {}, {}
+    cell_ids, ppl = {}, {}
     for key in all_runs(studies):
         run_dir = root / key.run_dir(corpus)
         cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
                                          root / key.beside(corpus, "benchmarks/runs", ".tsv"),
                                          embedding_payload(root, corpus, key))
-        test_ppl[key] = RunRecord.read(run_dir / RECORD_FILE).test.ppl
+        record = RunRecord.read(run_dir / RECORD_FILE)
+        ppl[key] = (record.valid.ppl, record.test.ppl)
     study_ids = {}
     for name, study in studies.items():
         study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
-        study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, test_ppl)
+        study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
     combination_ids = {read_json(root / p)["name"]: syncer.sync_combination(root / p) for p in combinations}
     return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
             **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}

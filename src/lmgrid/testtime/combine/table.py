@@ -74,32 +74,48 @@ def write(out_dir: str | Path, name: str, m: Mixture, components: list[dict], de
 
 
 SUMMARY_CAPTION = ("Combinations: linear interpolation of cells' per-token probabilities, weights fitted by EM on valid "
-                   "and applied once to test. Best component: the lowest test PPL among the combination's components. "
+                   "and applied once to test. Best component: chosen on valid, the component with the lowest valid PPL "
+                   "(the first listed on a tie), shown with its valid and test PPL. "
                    "Test-time settings: those of the components scored with a cache or dynamic evaluation, chosen on "
                    "valid (docs/adapt.md).")
 
 
+def best_component(result: dict) -> int:
+    """The index of a combination's best component, chosen on valid: the lowest valid PPL, the first on a tie.  Test
+    never takes part in the choice; the summary only reports the chosen component's test PPL."""
+    valid = result["component_valid_ppl"]
+    return min(range(len(valid)), key=lambda i: valid[i])
+
+
+SUMMARY_HEADS = {"best_component": "best component (chosen on valid)"}
+
+
 def summary(result_paths: list[str], csv_out: str, md_out: str, html_out: str) -> pd.DataFrame:
-    """Every combination in one table: its components with their weights, valid and test PPL, the best component."""
+    """Every combination in one table: its components with their weights, valid and test PPL, and its best component
+    (chosen on valid, best_component) with that component's valid and test PPL."""
     from lmgrid.analysis.tables import html_page
     from lmgrid.common.fileio import read_json
 
     rows = []
     for p in result_paths:
         r = read_json(p)
+        b = best_component(r)
         rows.append({"combination": r["name"], "components": len(r["labels"]),
                      "weights": "; ".join(f"{label} {w:.3f}" for label, w in zip(r["labels"], r["weights"])),
-                     "valid_ppl": r["valid_ppl"], "test_ppl": r["test_ppl"],
-                     "best_component_test_ppl": min(r["component_test_ppl"]), "em_iterations": r["iterations"],
+                     "valid_ppl": r["valid_ppl"], "test_ppl": r["test_ppl"], "best_component": r["labels"][b],
+                     "best_component_valid_ppl": r["component_valid_ppl"][b],
+                     "best_component_test_ppl": r["component_test_ppl"][b], "em_iterations": r["iterations"],
                      "test_time_settings": "; ".join(f"{c['label']}: {chosen(c)}" for c in r["components"]
                                                      if c.get("adapt"))})
     table = pd.DataFrame(rows, columns=["combination", "components", "weights", "valid_ppl", "test_ppl",
-                                        "best_component_test_ppl", "em_iterations", "test_time_settings"])
+                                        "best_component", "best_component_valid_ppl", "best_component_test_ppl",
+                                        "em_iterations", "test_time_settings"])
     with atomic_write(csv_out) as fh:
         table.to_csv(fh, index=False, float_format="%.6f")
     show = table.copy()
-    for col in ("valid_ppl", "test_ppl", "best_component_test_ppl"):
+    for col in ("valid_ppl", "test_ppl", "best_component_valid_ppl", "best_component_test_ppl"):
         show[col] = show[col].map(lambda v: f"{v:.2f}")
+    show = show.rename(columns=SUMMARY_HEADS)
     with atomic_write(md_out) as fh:
         fh.write(f"{SUMMARY_CAPTION}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
     with atomic_write(html_out) as fh:
