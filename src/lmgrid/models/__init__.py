@@ -1,6 +1,9 @@
 """Neural language models: plain nn.Modules sharing one interface.
 
-    model = build_model(ModelConfig(arch="lstm", vocab_size=V, impl="cell", layers=2))
+    model = build_model(ModelConfig(**spec.model_config(vocab)))  # a run's: every value from its RunSpec
+    model = build_model(model_config_defaults(arch="lstm", vocab_size=V, impl="cell", layers=2))  # by hand
+
+(`lmgrid.run.spec`: ModelConfig has no defaults of its own; `model_config_defaults` fills the schema's.)
     logits, state, gates = model(tokens, state=None, return_gates=False)
 
 * tokens LongTensor [B, T] -> logits [B, T, V]. ffnn needs T == n_step-1 and returns [B, 1, V] (the next token).
