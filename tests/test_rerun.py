@@ -209,13 +209,26 @@ def _todays_params(path: str) -> list[str]:
                                     *(f"{k}={json.dumps(hp[k])}" for k in TODAYS_SETTING_PARAMS)])
 
 
+# The train rule's command before the run spec (its settings as 32 --set flags), as Snakemake recorded it.
+COMMAND_BEFORE_THE_RUN_SPEC = (
+    "lmgrid train --arch {wildcards.arch} --impl {wildcards.impl} --n-step {wildcards.n_step} --layers "
+    "{wildcards.layers} --regime {wildcards.regime} --seed {wildcards.seed} --train {input.train} --valid "
+    "{input.valid} --test {input.test} --vocab {input.vocab} --run-dir {params.run_dir} --ckpt-dir "
+    "{params.ckpt_dir} --set {params.epochs:q} --set {params.lr:q} --set {params.placement:q} --threads {threads} "
+    "> {log} 2>&1 && tail -n 1 {log}")
+
+
 def test_a_grid_finished_with_todays_params_is_not_retrained(finished, repo, tmp_path):
     """A grid whose training jobs recorded the params of the code before the run spec (written into a copy's
     Snakemake records here, from this test's own frozen list) plans no training job: the spec's trigger params are
     exactly those strings.  Kills: a contract-1 setting dropped from the triggers at its (neutral) default, a value
     written another way, or a param added (e.g. a later setting recorded as 'None').  The negative control: the same
     records with one setting's string missing plan every neural cell again.  Each cell's spec file, written when its
-    job started, holds what its params say."""
+    job started, holds what its params say.
+
+    The records also hold the train rule's command of that code (32 --set flags, not --spec): the profile leaves the
+    command's text out of the rerun triggers.  Kills: `code` put back into profiles/default's rerun-triggers (the
+    control: with `--rerun-triggers ... code` every neural cell is planned, for the command alone)."""
     import json
 
     from lmgrid.run.spec import RunSpec
@@ -230,9 +243,13 @@ def test_a_grid_finished_with_todays_params_is_not_retrained(finished, repo, tmp
         assert sorted(repr(p) for p in [spec.run_dir, spec.ckpt_dir, spec.placement_param(),
                                         *spec.trigger_params().values()]) == _todays_params(path)
         data["params"] = _todays_params(path)
+        data["code"] = COMMAND_BEFORE_THE_RUN_SPEC
         record.write_text(json.dumps(data))
     r = snakemake(grid, repo, "-n")
     assert r.returncode == 0 and planned_jobs(r) == {}, (r.stdout + r.stderr)[-3000:]
+    jobs = planned_jobs(snakemake(grid, repo, "-n", "--rerun-triggers", "mtime", "params", "input", "software-env",
+                                  "code"))
+    assert jobs.get("train") == 3 and jobs.get("train_gated") == 1, jobs  # the command's text alone, as a trigger
 
     for _, record in records:  # the negative control
         data = json.loads(record.read_text())
