@@ -303,7 +303,8 @@ def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_pa
     # init_range, weight_drop and average_from_epoch are neutral defaults too (0: what every run computed before they
     # existed); log_every ... compile change no result
     before = {k: v for k, v in spec().hparams.items()
-              if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "log_every", "accelerator", "devices",
+              if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "budget_tokens",
+                           "budget_warmup_tokens", "log_every", "accelerator", "devices",
                            "compile")}
     h = hashlib.sha256(json.dumps({"run": spec().cell, "hp": before, "placement": placement}, sort_keys=True).encode())
     for name in sorted(paths):

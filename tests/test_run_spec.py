@@ -192,3 +192,16 @@ def test_an_older_model_ckpt_gets_the_values_its_missing_fields_computed():
     assert {k: filled[k] for k in ("weight_drop", "init_range", "output_layer", "cutoffs", "context_len")} == {
         "weight_drop": 0.0, "init_range": 0.0, "output_layer": "full", "cutoffs": [], "context_len": 0}
     assert {k: filled[k] for k in old} == old
+
+
+def test_the_budget_schedule_is_no_trigger_at_0():
+    """train.budget_tokens and train.budget_warmup_tokens (added after contract 1, x-neutral-default) are no
+    rerun-trigger param at 0, so adding them reruns no finished cell, and are one off it.  Kills: either key without
+    x-neutral-default, or added to CONTRACT_1_TRIGGERS (the negative control: a budget is a trigger)."""
+    assert {"budget_tokens", "budget_warmup_tokens"} <= NEUTRAL_DEFAULTS.keys()
+    assert not {"budget_tokens", "budget_warmup_tokens"} & set(CONTRACT_1_TRIGGERS)
+    params = cell().trigger_params()
+    assert "budget_tokens" not in params and "budget_warmup_tokens" not in params
+    assert cell(budget_tokens=1000).trigger_params()["budget_tokens"] == "budget_tokens=1000"
+    assert cell(budget_tokens=1000, budget_warmup_tokens=10).trigger_params()["budget_warmup_tokens"] == \
+        "budget_warmup_tokens=10"

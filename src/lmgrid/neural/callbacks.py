@@ -135,7 +135,9 @@ class Progress(pl.Callback):
             self._write(trainer, trainer.num_training_batches)
         schedule = pl_module.schedule
         trained_lr, next_lr = schedule.lr_history[-1], trainer.optimizers[0].param_groups[0]["lr"]
-        then = f" ({schedule.stopped_because})" if trainer.should_stop else (
+        budget = getattr(pl_module, "budget", None)
+        reason = (budget.stopped_because if budget is not None else "") or schedule.stopped_because
+        then = f" ({reason})" if trainer.should_stop else (
             f", next lr {next_lr:.3g}" if next_lr != trained_lr else "")
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
               f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trained_lr:.3g}, {time.time() - self._t:.1f} s{then}",

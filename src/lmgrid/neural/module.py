@@ -22,7 +22,7 @@ from lmgrid.models import ModelConfig, build_model
 from lmgrid.data.ppl import perplexity
 
 from lmgrid.neural.data import IGNORE
-from lmgrid.neural.schedule import PlateauSchedule
+from lmgrid.neural.schedule import BudgetSchedule, PlateauSchedule
 
 # A training batch whose mean NLL exceeds this many times ln(V), the loss of the uniform model that training starts
 # near, has diverged even if it is still finite (an lr of 1e30 gives ~1e32 nats on some CPUs, inf or NaN on others).
@@ -100,7 +100,7 @@ def corpus_order(token_nll: list, regime: str) -> tuple[torch.Tensor, torch.Tens
 class LMModule(pl.LightningModule):
     def __init__(self, model_config: dict, regime: str, optimizer: str = "adam", lr: float = 1e-3,
                  momentum: float = 0.0, weight_decay: float = 0.0, schedule: dict | None = None,
-                 seed: int = 1, finite_check_every: int = 100):
+                 seed: int = 1, finite_check_every: int = 100, budget: dict | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(ModelConfig(**model_config))
@@ -109,6 +109,9 @@ class LMModule(pl.LightningModule):
         self.reset_train_totals()
         self.valid_loss, self.valid_count = math.nan, 0
         self.schedule = PlateauSchedule(**(schedule or {}))
+        # train.budget_tokens > 0: the rate of every step from the tokens trained so far, and the stop at the budget
+        self.budget = BudgetSchedule(**budget) if budget else None
+        self._step_tokens = 0
         self.max_loss_nats = DIVERGED_LOSS_FACTOR * math.log(model_config["vocab_size"])
 
     def reset_train_totals(self):
@@ -158,6 +161,20 @@ class LMModule(pl.LightningModule):
         self._train_state = None
         self.reset_train_totals()
 
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.budget is not None:  # the rate of this step: from the tokens trained before it
+            self._set_lr(self.budget.rate())
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.budget is not None and self.budget.step(self._step_tokens):
+            self._set_lr(self.budget.rate())  # min_lr: the rate the schedule ends at, as the epoch log reads it
+            self.trainer.should_stop = True  # Lightning validates, checkpoints, and ends the run here, mid-epoch
+
+    def _set_lr(self, lr: float) -> None:
+        opt = self.optimizers()
+        for group in getattr(opt, "optimizer", opt).param_groups:
+            group["lr"] = lr
+
     def training_step(self, batch, batch_idx):
         x, y = batch
         nll, n, state = batch_nll(self.model, x, y, self.regime, self._train_state)
@@ -169,6 +186,8 @@ class LMModule(pl.LightningModule):
             n_global = n.clone()
             torch.distributed.all_reduce(n_global)  # the global batch's targets
             loss = nll * self.trainer.world_size / n_global
+        if self.budget is not None:  # the step's training tokens (every process's): a host read, budget runs only
+            self._step_tokens = int(n if self.trainer.world_size == 1 else n_global)
         # The divergence check reads this process's own mean NLL: the loss above is up to world-size times it (a
         # process holding one example of a short last batch), and a process with no targets has nothing to check.
         own_mean = torch.where(n > 0, nll.detach() / n.clamp(min=1), torch.zeros_like(nll.detach()))
@@ -271,7 +290,11 @@ class LMModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["lmgrid_schedule"] = self.schedule.state_dict()
+        if self.budget is not None:
+            checkpoint["lmgrid_budget"] = self.budget.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
         if "lmgrid_schedule" in checkpoint:
             self.schedule.load_state_dict(checkpoint["lmgrid_schedule"])
+        if self.budget is not None and "lmgrid_budget" in checkpoint:
+            self.budget.load_state_dict(checkpoint["lmgrid_budget"])

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 STOP_REASONS = {
     "plateau": "converged by the rule: patience+1 epochs at the last learning rate without a gain above min_delta",
     "budget": "the epoch cap (train.epochs) came first; not converged by the rule (it may still have been improving)",
+    "budget-schedule": "the run trained its train.budget_tokens, where its cosine schedule (BudgetSchedule) ends: the "
+                       "designed end, with the final weights kept",
 }
 
 
@@ -93,3 +95,51 @@ class PlateauSchedule:
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
             setattr(self, key, list(value) if key == "lr_history" else value)
+
+
+@dataclass
+class BudgetSchedule:
+    """A fixed compute budget (`train.budget_tokens`) and a learning rate that anneals to its end.
+
+    Counted in training tokens (the targets each optimizer step trains on, as an epoch's train tokens are counted),
+    not in seconds: the schedule, and so the result, does not depend on the machine or its load, and a resumed or
+    re-run cell computes the same bits.  The rate of the step that starts after `seen` tokens:
+
+    * a linear warm-up from 0 to `lr` over the first `warmup` tokens (`train.budget_warmup_tokens`; 0: none);
+    * then a cosine from `lr` to `min_lr` over the rest of the budget:
+      min_lr + (lr - min_lr) x (1 + cos(pi x (seen - warmup) / (budget - warmup))) / 2, and min_lr from the budget on.
+
+    The run stops after the step that reaches the budget (mid-epoch when that is where it falls), so it trains
+    between `budget` and `budget` + one batch's tokens - 1.  Torch-free and stateful only through `state_dict`, so
+    the position travels in the checkpoint and a resumed run continues the same schedule.
+    """
+    budget: int
+    lr: float
+    min_lr: float = 0.0
+    warmup: int = 0
+    seen: int = 0  # training tokens of the optimizer steps taken so far
+    stopped_because: str = ""
+
+    def rate(self, seen: int | None = None) -> float:
+        """The learning rate of a step that starts after `seen` tokens (default: the position now)."""
+        t = self.seen if seen is None else seen
+        if t < self.warmup:
+            return self.lr * t / self.warmup
+        if t >= self.budget:
+            return self.min_lr
+        progress = (t - self.warmup) / (self.budget - self.warmup)
+        return self.min_lr + (self.lr - self.min_lr) * (1.0 + math.cos(math.pi * progress)) / 2.0
+
+    def step(self, tokens: int) -> bool:
+        """Count one optimizer step's training tokens; True when the budget is reached (the run should end)."""
+        self.seen += int(tokens)
+        if self.seen >= self.budget:
+            self.stopped_because = "budget-schedule"
+        return bool(self.stopped_because)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)

@@ -73,10 +73,36 @@ def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> No
 
 
 def schedule_settings(hp: dict) -> dict:
-    """The plateau schedule's settings (lmgrid.neural.schedule) from the training settings."""
+    """The plateau schedule's settings (lmgrid.neural.schedule) from the training settings.  Under a budget schedule
+    (train.budget_tokens > 0) the plateau rule neither decays nor stops: it only keeps the per-epoch record."""
+    if hp.get("budget_tokens", 0) > 0:
+        return {"lr_decay": hp["lr_decay"], "max_decays": 0, "patience": 10**9, "min_delta": hp["plateau_min_delta"],
+                "min_lr": hp["min_lr"], "decay_from": 0, "max_epochs": hp["epochs"]}
     return {"lr_decay": hp["lr_decay"], "max_decays": hp["lr_decays"], "patience": hp["plateau_patience"],
             "min_delta": hp["plateau_min_delta"], "min_lr": hp["min_lr"],
             "decay_from": hp["lr_decay_from_epoch"], "max_epochs": hp["epochs"]}
+
+
+def budget_settings(hp: dict, n_train: int) -> dict | None:
+    """The budget schedule's settings (lmgrid.neural.schedule.BudgetSchedule), None without one (budget_tokens 0);
+    a setting that cannot hold is one line naming its key."""
+    budget, warmup = hp.get("budget_tokens", 0), hp.get("budget_warmup_tokens", 0)
+    if budget <= 0:
+        if warmup > 0:
+            raise LmgridError(f"train.budget_warmup_tokens: {warmup} needs a budget schedule (train.budget_tokens > 0)")
+        return None
+    if warmup >= budget:
+        raise LmgridError(f"train.budget_warmup_tokens: {warmup} must be below train.budget_tokens ({budget})")
+    if hp["average_from_epoch"] > 0:
+        raise LmgridError(f"train.average_from_epoch: {hp['average_from_epoch']} with train.budget_tokens is not "
+                          "supported (a budget schedule keeps its final weights); set one of them to 0")
+    if hp["min_lr"] > hp["lr"]:
+        raise LmgridError(f"train.min_lr: {hp['min_lr']} is above train.lr ({hp['lr']}): the budget schedule "
+                          "anneals from lr down to min_lr")
+    if budget > hp["epochs"] * n_train:
+        raise LmgridError(f"train.budget_tokens: {budget} is more than train.epochs x the train tokens per epoch "
+                          f"({hp['epochs']} x {n_train} = {hp['epochs'] * n_train}); raise train.epochs")
+    return {"budget": budget, "lr": hp["lr"], "min_lr": hp["min_lr"], "warmup": warmup}
 
 
 def _fingerprint(spec: RunSpec, placement: dict) -> str:
@@ -211,13 +237,16 @@ def build(spec: RunSpec, threads: int = 0) -> Job:
     if cuda and devices > torch.cuda.device_count():
         raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
+    n_train = data.counted_tokens("train")
+    budget = budget_settings(hp, n_train)
     pl.seed_everything(spec.seed, workers=True, verbose=False)
     module = LMModule(model_config, spec.regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
                       weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=spec.seed,
-                      finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100)
+                      finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100,
+                      **({"budget": budget} if budget else {}))
     job = Job(spec, hp, cuda, precision, precision_reason, devices, main, vocab, data, model_config, ckpt_dir,
               resume, module, params=sum(p.numel() for p in module.model.parameters()),
-              n_train=data.counted_tokens("train"))
+              n_train=n_train)
     if main:
         start = f"resuming from {resume}" if resume else "from scratch"
         print(f"{spec.key.name}: {job.params} parameters, {job.n_train} train tokens per epoch, regime "
@@ -291,16 +320,18 @@ class Evaluation:
 
 def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
     """The epoch with the best valid PPL (the last one when PPL keeps falling): its valid score from the epoch log,
-    test scored here (for lstm and gru in the forward pass that gathers the gate statistics)."""
+    test scored here (for lstm and gru in the forward pass that gathers the gate statistics).  Under a budget
+    schedule the designed end is the final weights: the last state (last.ckpt, the log's last row) is evaluated."""
     spec, data = job.spec, job.data
-    best = ckpt.best_model_path or str(job.ckpt_dir / "last.ckpt")
+    budget = job.module.budget is not None
+    best = str(job.ckpt_dir / "last.ckpt") if budget else (ckpt.best_model_path or str(job.ckpt_dir / "last.ckpt"))
     job.module.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
     device = torch.device("cuda" if job.cuda else "cpu")
     model = job.module.model.to(device)
     rows = job.epoch_log.rows
     # Valid was scored after every epoch with the batches, precision and weights (best.ckpt is that epoch's) that
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
-    best_row = min(rows, key=lambda r: r["valid_loss"]) if rows else None
+    best_row = (rows[-1] if budget else min(rows, key=lambda r: r["valid_loss"])) if rows else None
     gate_stats = gates_mod.GateStats(spec.regime, job.vocab.index[BOS]) if spec.arch in GATED_ARCHS else None
     ev = Evaluation(model, device, {}, best_row, gate_stats, 0.0, 0)
     for split in ("valid", "test"):
@@ -338,7 +369,7 @@ def _record_extra(job: Job, ev: Evaluation) -> dict:
         "best_epoch": ev.best_row["epoch"] if ev.best_row else 0,
         # Which rule ended the run (lmgrid.neural.schedule.STOP_REASONS: plateau = converged by the rule, budget =
         # the epoch cap came first), the rate each epoch trained with and the valid PPL after each epoch.
-        "stopped_because": module.schedule.stopped_because or "budget",
+        "stopped_because": stop_reason(module),
         "lr_decays": module.schedule.decays,
         "lr_history": [r["lr"] for r in rows],
         "valid_ppl_history": [r["valid_ppl"] for r in rows],
@@ -351,7 +382,16 @@ def _record_extra(job: Job, ev: Evaluation) -> dict:
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
         "hparams": job.hp,
+        # A budget schedule's run only (train.budget_tokens > 0): the training tokens it took, >= the budget
+        **({"budget_tokens_trained": module.budget.seen} if module.budget is not None else {}),
     }
+
+
+def stop_reason(module) -> str:
+    """metrics.json's stopped_because (lmgrid.neural.schedule.STOP_REASONS)."""
+    if module.budget is not None and module.budget.stopped_because:
+        return module.budget.stopped_because
+    return module.schedule.stopped_because or "budget"
 
 
 def write(job: Job, ev: Evaluation, t0: float) -> dict:
