@@ -47,7 +47,7 @@ def test_a_run_ends_at_its_budget_mid_epoch_and_says_budget_schedule(tmp_path, m
     """A budget of 1.5 epochs: the run trains the budget to within one batch (64 windows), stops in epoch 2, says
     budget-schedule, and reports its last state (valid PPL of the log's last row; best_epoch the last).  Kills: a
     budget counted per epoch or not at all, a stop not at the budget, a run reported as `budget` (the epoch cap),
-    the best epoch's weights evaluated.  The negative control: a schedule that never stops runs to the epoch cap."""
+    a final valid score not the last state's.  The negative control: a schedule that never stops runs to the epoch cap."""
     corpus = tiny_corpus(tmp_path)
     n = n_train(corpus, tmp_path)
     budget = n * 3 // 2
@@ -62,6 +62,20 @@ def test_a_run_ends_at_its_budget_mid_epoch_and_says_budget_schedule(tmp_path, m
     monkeypatch.setattr(BudgetSchedule, "step", lambda self, tokens: False)  # the mutant: the budget ignored
     broken, _ = train(corpus, tmp_path / "b", budget_tokens=budget, **HP)
     assert broken["stopped_because"] == "budget" and broken["epochs"] == 3
+
+
+def test_the_final_state_is_reported_even_when_an_earlier_epoch_validated_better(tmp_path):
+    """At a constant rate of 0.1 (lr = min_lr) valid PPL rises in the last, partial epoch of a 2.5-epoch budget; the
+    run reports that final state (valid PPL of the last row, best_epoch the last), not the lowest valid PPL.  Kills:
+    the best epoch's checkpoint evaluated under a budget schedule (the check that the last row is not the lowest
+    is the control that this corpus can tell the two apart)."""
+    corpus = tiny_corpus(tmp_path)
+    budget = n_train(corpus, tmp_path) * 5 // 2
+    metrics, _ = train(corpus, tmp_path / "a", budget_tokens=budget, epochs=3, lr=0.1, min_lr=0.1)
+    history = metrics["valid_ppl_history"]
+    assert metrics["stopped_because"] == "budget-schedule" and len(history) == 3
+    assert history[-1] > min(history)  # the control: the last state is not the best one
+    assert metrics["valid"]["ppl"] == history[-1] and metrics["best_epoch"] == 3
 
 
 def _step_rates(corpus, root, monkeypatch, **hp):
