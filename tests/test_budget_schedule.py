@@ -46,8 +46,8 @@ def test_the_rate_is_the_cosine_over_the_budget_after_the_warm_up():
 def test_a_run_ends_at_its_budget_mid_epoch_and_says_budget_schedule(tmp_path, monkeypatch):
     """A budget of 1.5 epochs: the run trains the budget to within one batch (64 windows), stops in epoch 2, says
     budget-schedule, and reports its last state (valid PPL of the log's last row; best_epoch the last).  Kills: a
-    budget counted per epoch or not at all, a stop not at the budget, a run reported as `budget` (the epoch cap),
-    a final valid score not the last state's.  The negative control: a schedule that never stops runs to the epoch cap."""
+    budget counted per epoch or not at all, a stop not at the budget, a run reported as `budget` (the epoch cap), a
+    final valid score not the last state's.  The negative control: a schedule that never stops runs to the epoch cap."""
     corpus = tiny_corpus(tmp_path)
     n = n_train(corpus, tmp_path)
     budget = n * 3 // 2

@@ -126,7 +126,7 @@ def test_a_stop_at_the_cap_while_improving_is_budget_and_a_flat_tail_is_plateau(
     flat = run([5.0, 4.5, 4.2, 4.1, 4.1, 4.0])
     assert (flat.stopped_because, flat.epochs) == ("plateau", 5)
     assert run(half_flat, patience=1).stopped_because == "budget"
-    assert set(STOP_REASONS) == {"plateau", "budget"}
+    assert set(STOP_REASONS) == {"plateau", "budget", "budget-schedule"}  # the last: BudgetSchedule's
 
     with monkeypatch.context() as m:
         m.setattr(PlateauSchedule, "step", decays_spent_label)

@@ -3,7 +3,8 @@
 `valid_curves.{pdf,png}` of every study with neural runs (lmgrid.analysis.layout): one line per run (colour: the
 model, shaded by configuration, line style: the seed) and its last epoch marked by how the run ended (metrics.json
 `stopped_because`): a circle for `plateau` (converged by the schedule's rule), a cross for `budget` (the epoch cap
-came first; it may still have been improving).  Kept apart from plots.curves, which averages over seeds.
+came first; it may still have been improving), a diamond for `budget-schedule` (train.budget_tokens trained: the
+designed end of a budget schedule).  Kept apart from plots.curves, which averages over seeds.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from matplotlib.lines import Line2D
 
 from lmgrid.analysis import names, palette, plots
 
-END_MARKERS = {"plateau": ("o", "plateau (converged)"), "budget": ("X", "budget (epoch cap reached)")}
+END_MARKERS = {"plateau": ("o", "plateau (converged)"), "budget": ("X", "budget (epoch cap reached)"),
+               "budget-schedule": ("D", "budget schedule (its designed end)")}
 OTHER_END = ("s", "other end")
 SEED_STYLES = ("-", "--", ":", "-.")
 CONFIG_KEYS = ["model", "n_step", "layers", "regime"]

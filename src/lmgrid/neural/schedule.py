@@ -26,6 +26,9 @@ decay, improving or not, until the `max_decays` are spent; then the plateau rule
 
 Torch-free and stateful only through `state_dict`, so the schedule travels in the checkpoint and a resumed run
 decides exactly as an uninterrupted one.
+
+`BudgetSchedule` (`train.budget_tokens` > 0) replaces this rule's decays and stop: a cosine over a fixed budget of
+training tokens that ends the run at the budget (`budget-schedule`); the plateau schedule then only keeps the record.
 """
 from __future__ import annotations
 
