@@ -177,3 +177,34 @@ def test_a_setting_that_cannot_hold_is_one_line_naming_its_key(hp, key):
         train_mod.budget_settings({**base, **hp}, n_train=1000)
     assert "\n" not in str(e.value)
     assert train_mod.budget_settings({**base, "budget_tokens": 2000}, n_train=1000)["budget"] == 2000
+
+
+def test_a_run_killed_after_its_budget_stop_resumes_to_the_same_result(tmp_path, monkeypatch):
+    """Killed after the mid-epoch stop at the budget, before the run folder is written, then run again: it trains no
+    further (last.ckpt holds the stop) and writes the uninterrupted run's log and scores.  Kills: a resumed run that
+    restarts the cut epoch or trains on past the budget (the negative control: without the stop in the log, the
+    resumed run trains on, so the check can see it)."""
+    corpus = tiny_corpus(tmp_path)
+    hp = dict(HP, budget_tokens=n_train(corpus, tmp_path) * 3 // 2)
+    straight, straight_dir = train(corpus, tmp_path / "a", **hp)
+    real_write = train_mod.write
+
+    def killed_then_resumed(root):
+        def killed(*args, **kwargs):
+            raise KeyboardInterrupt("job killed")
+        monkeypatch.setattr(train_mod, "write", killed)
+        with pytest.raises(KeyboardInterrupt):
+            train(corpus, root, **hp)
+        monkeypatch.setattr(train_mod, "write", real_write)
+        return train(corpus, root, **hp)
+
+    resumed, resumed_dir = killed_then_resumed(tmp_path / "b")
+    assert log(resumed_dir) == log(straight_dir)
+    assert resumed["test"] == straight["test"] and resumed["budget_tokens_trained"] == straight["budget_tokens_trained"]
+
+    from lmgrid.neural.callbacks import EpochLog
+    real_load = EpochLog.load_state_dict
+    monkeypatch.setattr(EpochLog, "load_state_dict",  # the mutant: the stop forgotten on resume
+                        lambda self, state: real_load(self, {"rows": [dict(r, stopped=False) for r in state["rows"]]}))
+    broken, broken_dir = killed_then_resumed(tmp_path / "c")
+    assert log(broken_dir) != log(straight_dir)
