@@ -53,7 +53,8 @@ def _round_trip_equal(run_dir, out_dir) -> bool:
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{n}.w2v.txt" for n in want)
     for name, matrix in want.items():
         kv = KeyedVectors.load_word2vec_format(str(out_dir / f"{name}.w2v.txt"))
-        if kv.index_to_key != lm.vocab.tokens or not np.array_equal(kv.vectors, matrix.detach().numpy()):
+        # every row but <pad>'s (row 0), in vocabulary order
+        if kv.index_to_key != lm.vocab.tokens[1:] or not np.array_equal(kv.vectors, matrix.detach().numpy()[1:]):
             return False
     return True
 
@@ -61,7 +62,8 @@ def _round_trip_equal(run_dir, out_dir) -> bool:
 @pytest.mark.parametrize("arch,tie", [("lstm", False), ("gru", True), ("transformer", False), ("ffnn", False)])
 def test_word2vec_round_trip_equals_the_embedding_matrix(tmp_path, monkeypatch, arch, tie):
     """gensim reads back exactly the model's input embedding (and output layer when untied), row by row in vocabulary
-    order.  kills: the output matrix exported as the input one; vectors written rounded (lost float32 digits)."""
+    order, <pad>'s row left out.  kills: the output matrix exported as the input one; vectors written rounded (lost
+    float32 digits)."""
     run_dir = make_run(tmp_path, arch, "window" if arch == "ffnn" else "stream", tie)
     assert _round_trip_equal(run_dir, tmp_path / "ok")
     if not tie:
@@ -74,6 +76,31 @@ def test_word2vec_round_trip_equals_the_embedding_matrix(tmp_path, monkeypatch, 
     with monkeypatch.context() as m:
         m.setattr(export, "keyed_vectors", lambda words, matrix: real(words, np.round(matrix, 4)))
         assert not _round_trip_equal(run_dir, tmp_path / "rounded")
+
+
+def _w2v_rows_are_the_trained_words(path, tokens) -> bool:
+    """The word2vec file, read as text: its header's row count is the rows it has, and those rows are the
+    vocabulary's tokens in order without <pad> (never read nor predicted, so never trained)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    count, _ = (int(x) for x in lines[0].split())
+    words = [line.split(" ", 1)[0] for line in lines[1:]]
+    return count == len(words) and "<pad>" not in words and words == [t for t in tokens if t != "<pad>"]
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_word2vec_export_leaves_out_the_pad_row(tmp_path, monkeypatch, tie):
+    """`lmgrid embed --words` and the workflow's vectors (export.exported) write no <pad> row, and the header counts
+    the rows written.  kills: the untrained <pad> row exported (export.NEVER_SEEN emptied: the old export)."""
+    run_dir = make_run(tmp_path, "lstm", "stream", tie)
+    tokens = export.load_neural(run_dir).vocab.tokens
+    assert tokens[0] == "<pad>"
+    names = ["input.w2v.txt"] + ([] if tie else ["output.w2v.txt"])
+    assert cli.main(["embed", "--run", str(run_dir), "--words", str(tmp_path / "ok")]) == 0
+    assert all(_w2v_rows_are_the_trained_words(tmp_path / "ok" / n, tokens) for n in names)
+    with monkeypatch.context() as m:  # the mutant: the filter gone, every vocabulary row exported
+        m.setattr(export, "NEVER_SEEN", frozenset())
+        assert cli.main(["embed", "--run", str(run_dir), "--words", str(tmp_path / "old")]) == 0
+        assert not any(_w2v_rows_are_the_trained_words(tmp_path / "old" / n, tokens) for n in names)
 
 
 def _output_vectors_give_the_heads_logits(head, x) -> bool:
@@ -365,3 +392,68 @@ def test_mlflow_payload_is_the_cells_own_scores_and_vectors(tmp_path):
     wrong = tracking.embedding_payload(tmp_path, "c", keys[0])[0]
     assert wrong != pytest.approx(want)
     assert tracking.embedding_payload(tmp_path, "c", RunKey("kn", "ngram", 2, 1, "window", 0)) == ({}, [])
+
+
+# ---- the study's benchmark table -------------------------------------------------------------------------------
+
+def _study_rows(wordsim_covered: int):
+    """Two rows of embeddings.csv (a cell and the random baseline): SimLex-999 and the analogies uncovered (0 of
+    999, 0 of 19,544), WordSim-353 covered in `wordsim_covered` pairs (scored when at least MIN_PAIRS)."""
+    import pandas as pd
+
+    nan = math.nan
+    scored = wordsim_covered >= evaluate.MIN_PAIRS
+    return pd.DataFrame([{"model": m, "run": r, "arch": a, "embedding": e, "dim": 8,
+                          "wordsim353_rho": 0.4 if scored else nan, "wordsim353_rho_low": 0.1 if scored else nan,
+                          "wordsim353_rho_high": 0.6 if scored else nan, "wordsim353_pairs_covered": wordsim_covered,
+                          "wordsim353_pairs": 353, "wordsim353_coverage": wordsim_covered / 353,
+                          "simlex999_rho": nan, "simlex999_rho_low": nan, "simlex999_rho_high": nan,
+                          "simlex999_pairs_covered": 0, "simlex999_pairs": 999, "simlex999_coverage": 0.0,
+                          "analogy_accuracy": nan, "analogy_questions_covered": 0, "analogy_questions": 19544,
+                          "analogy_coverage": 0.0}
+                         for m, r, a, e in (("LSTM n0 l1 stream s1", "runs/x", "lstm", "input"),
+                                            ("random d8", "", "random", "-"))])
+
+
+def _empty_benchmarks_left_out(stem, wordsim_covered: int) -> bool:
+    """The study's table files as the issue wants them: the three files written; no uncovered benchmark's column
+    and no row of n/a; one line naming each uncovered benchmark and its coverage; with none covered, that line and
+    no table at all."""
+    import pandas as pd
+
+    md, html = (stem.with_suffix(e).read_text() for e in (".md", ".html"))
+    if len(pd.read_csv(stem.with_suffix(".csv"))) != 2:  # the csv keeps every row and figure
+        return False
+    lines = [line for line in md.splitlines() if line.strip()]
+    said = "SimLex-999: 0 of 999 pairs in the vocabulary; analogies: 0 of 19,544 questions in the vocabulary"
+    if "SimLex" in "".join(lines[2:]) or "analog" in "".join(lines[2:]) or "n/a" in md:
+        return False  # an uncovered benchmark's column (or a cell of n/a) in the table
+    if sum(said in line for line in lines) != 1:
+        return False
+    if not wordsim_covered:  # nothing covered: the title and one line, no table
+        return (len(lines) == 2 and "WordSim-353: 0 of 353 pairs in the vocabulary" in lines[1]
+                and "<table" not in html and "|" not in md)
+    return "WordSim-353 rho" in md and "<table" in html and "SimLex" not in html.split("<table", 1)[1]
+
+
+@pytest.mark.parametrize("wordsim_covered", [0, 40])
+def test_study_table_leaves_out_benchmarks_the_vocabulary_misses(tmp_path, monkeypatch, wordsim_covered):
+    """A benchmark that covers no pair or question of the vocabulary is left out of the study's embeddings table
+    (.md, .html) with one line saying which and why ('SimLex-999: 0 of 999 pairs in the vocabulary'); when none is
+    covered (the synthetic corpus) that line replaces the table.  The .csv, .md and .html are still written (the
+    workflow's outputs).  kills: every benchmark shown whatever its coverage (study.empty_benchmarks finding none:
+    the old table of n/a columns)."""
+    from lmgrid.embed import study
+
+    rows = _study_rows(wordsim_covered)
+    stem = tmp_path / "new" / "embeddings"
+    stem.parent.mkdir()
+    assert study.write_table(rows, stem) == [f"{stem}.{e}" for e in ("csv", "md", "html")]
+    assert _empty_benchmarks_left_out(stem, wordsim_covered)
+    with monkeypatch.context() as m:  # the mutant: no benchmark counted as empty, n/a columns everywhere
+        m.setattr(study, "empty_benchmarks", lambda rows: [])
+        old = tmp_path / "old" / "embeddings"
+        old.parent.mkdir()
+        study.write_table(rows, old)
+        assert "n/a" in old.with_suffix(".md").read_text()
+        assert not _empty_benchmarks_left_out(old, wordsim_covered)

@@ -1,8 +1,10 @@
 """A trained neural run's word vectors and sentence vectors, and the nearest sentences of a file to a query.
 
 Word vectors are the rows of the input embedding and, when the weights are untied, of the output layer: one row
-per vocabulary entry, in vocabulary order, written in word2vec text format (gensim's
-KeyedVectors.load_word2vec_format reads them back exactly: numpy prints the shortest float32 repr).
+per vocabulary entry, in vocabulary order, but for the ids the model never reads nor predicts (NEVER_SEEN: the
+padding id <pad>, whose row keeps its initial weights), written in word2vec text format (gensim's
+KeyedVectors.load_word2vec_format reads them back exactly: numpy prints the shortest float32 repr; the header's row
+count is the rows written).
 
 A sentence vector is what the output layer reads when the model predicts the token after the sentence, given the
 sentence the way the run reads text (neural.model_io): in the window regime its last n_step-1 tokens, left-padded
@@ -25,9 +27,13 @@ import torch
 from lmgrid.common.errors import LmgridError
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import NGRAM_ARCHS
+from lmgrid.data.ppl import PAD
 from lmgrid.data.vocab import SPECIALS
 
 SENTENCE_BATCH = 256
+# Ids that are never an input nor a target, so their rows are never trained: only the padding id.  (<s> is read in
+# the window regime, </s> and <unk> are predicted; lm.py's ban on predicting <s> does not make it unread.)
+NEVER_SEEN = frozenset({PAD})
 
 
 def load_neural(run_dir):
@@ -73,6 +79,12 @@ def without_specials(tokens: list[str], matrix: np.ndarray):
     return keyed_vectors([tokens[i] for i in keep], matrix[keep])
 
 
+def exported(tokens: list[str], matrix: np.ndarray):
+    """The rows that go into a word2vec file: every vocabulary entry in order but NEVER_SEEN (<pad>)."""
+    keep = [i for i, t in enumerate(tokens) if t not in NEVER_SEEN]
+    return keyed_vectors([tokens[i] for i in keep], np.asarray(matrix)[keep])
+
+
 def save_word2vec(kv, path) -> str:
     """Write kv in word2vec text format, atomically (gensim opens the path itself)."""
     path = Path(path)
@@ -89,7 +101,7 @@ def save_word2vec(kv, path) -> str:
 
 def export_words(lm, out_dir) -> list[str]:
     """out_dir/input.w2v.txt, and out_dir/output.w2v.txt when the weights are untied."""
-    return [save_word2vec(keyed_vectors(lm.vocab.tokens, m), Path(out_dir) / f"{name}.w2v.txt")
+    return [save_word2vec(exported(lm.vocab.tokens, m), Path(out_dir) / f"{name}.w2v.txt")
             for name, m in word_matrices(lm).items()]
 
 

@@ -4,7 +4,7 @@ Every neural cell of the config is evaluated once (a cell shared by studies too)
 dimension the cells have: one process, so the added cost is one interpreter start (torch, gensim, scikit-learn)
 rather than one per cell.  It writes
 * results/<corpus>/embeddings/vectors/<arch>/<impl>/<cell>/{input,output}.w2v.txt: every cell's word vectors
-  (output: only when untied), and vectors/baselines/{ppmi-svd,random}_d<dim>.w2v.txt;
+  (output: only when untied; <pad> left out, export.NEVER_SEEN), and vectors/baselines/{ppmi-svd,random}_d<dim>.w2v.txt;
 * results/<corpus>/embeddings/embeddings.csv: one row per cell and embedding, and per baseline, with the scores of
   embed.evaluate; neighbours.csv: the nearest words of the probe words;
 * per study with neural cells (studies/<name>/): the table, the neighbours and the map (embed.study).
@@ -63,8 +63,7 @@ def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str 
         folder = root / key.beside(corpus, EMBEDDING_VECTORS)
         matrices = export.word_matrices(lm)
         for name, matrix in matrices.items():
-            written.append(export.save_word2vec(export.keyed_vectors(vocab.tokens, matrix),
-                                                folder / f"{name}.w2v.txt"))
+            written.append(export.save_word2vec(export.exported(vocab.tokens, matrix), folder / f"{name}.w2v.txt"))
             kv = export.without_specials(vocab.tokens, matrix)
             add({"model": cell_label(key), "run": key.run_dir(corpus), **asdict(key), "embedding": name,
                  "dim": matrix.shape[1]}, kv)

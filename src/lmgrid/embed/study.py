@@ -1,8 +1,10 @@
 """A study's embeddings outputs: the benchmark table (cells and baselines, with intervals and coverage), the nearest
 neighbours of the probe words, and a 2-D map (PCA) of the most frequent words.
 
-Where the corpus's vocabulary barely meets the benchmarks (the synthetic corpus's made-up words), the table says so
-in its note, and the neighbours are what there is to read.
+Where the corpus's vocabulary barely meets the benchmarks, the table says so in its note, and the neighbours are what
+there is to read; a benchmark the vocabulary does not meet at all (0 covered) is left out of the table, with one
+line in the note naming it, and where it meets none (the synthetic corpus's made-up words) that line is all the
+table says.
 """
 from __future__ import annotations
 
@@ -41,21 +43,51 @@ def _accuracy(row) -> str:
     return "n/a" if math.isnan(acc) else f"{acc:.3f}"
 
 
+# Each benchmark's coverage columns in embeddings.csv: (covered, of all, what is counted).
+COVERAGE = {"wordsim353": ("wordsim353_pairs_covered", "wordsim353_pairs", "pairs"),
+            "simlex999": ("simlex999_pairs_covered", "simlex999_pairs", "pairs"),
+            "analogy": ("analogy_questions_covered", "analogy_questions", "questions")}
+
+
+def empty_benchmarks(rows: pd.DataFrame) -> list[str]:
+    """The benchmarks no row covers a pair or question of: nothing to show but n/a, so the table leaves them out."""
+    return [bench for bench, (covered, _, _) in COVERAGE.items() if rows[covered].max() == 0]
+
+
+def left_out(rows: pd.DataFrame, empty: list[str]) -> str:
+    """'WordSim-353: 0 of 353 pairs in the vocabulary; ...' for the empty benchmarks."""
+    parts = []
+    for bench in empty:
+        covered, total, what = COVERAGE[bench]
+        parts.append(f"{DISPLAY[bench]}: {int(rows[covered].max())} of {int(rows[total].max()):,} {what} in the "
+                     f"vocabulary")
+    return "; ".join(parts)
+
+
 def shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """The table as shown, without the columns of the benchmarks no row covers (empty_benchmarks)."""
     pct = int(CONFIDENCE * 100)
+    empty = empty_benchmarks(rows)
     out = pd.DataFrame({"model": rows["model"], "embedding": rows["embedding"], "d": rows["dim"].astype(int)})
     for bench in ("wordsim353", "simlex999"):
+        if bench in empty:
+            continue
         out[f"{DISPLAY[bench]} rho [{pct}% CI]"] = [_rho(r, bench) for _, r in rows.iterrows()]
         out[f"{DISPLAY[bench]} pairs"] = [f"{r[f'{bench}_pairs_covered']}/{r[f'{bench}_pairs']}"
                                           for _, r in rows.iterrows()]
-    out["analogy accuracy"] = [_accuracy(r) for _, r in rows.iterrows()]
-    out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}"
-                                for _, r in rows.iterrows()]
+    if "analogy" not in empty:
+        out["analogy accuracy"] = [_accuracy(r) for _, r in rows.iterrows()]
+        out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}"
+                                    for _, r in rows.iterrows()]
     return out
 
 
 def note(rows: pd.DataFrame) -> str:
     pct = int(CONFIDENCE * 100)
+    empty = empty_benchmarks(rows)
+    if len(empty) == len(COVERAGE):
+        return (f"No benchmark table: the vocabulary covers none of the benchmarks ({left_out(rows, empty)}). The "
+                f"nearest neighbours (embeddings_neighbours) show what the vectors learned.")
     text = (f"Spearman rho between human ratings and cosine similarity over the pairs whose two words are in the "
             f"vocabulary, with a {pct}% percentile bootstrap interval over those pairs; analogy accuracy (3CosAdd) "
             f"over the questions whose four words are in it. PPMI-SVD: the count-based baseline of the same "
@@ -69,19 +101,25 @@ def note(rows: pd.DataFrame) -> str:
                 f"{r['analogy_questions_covered']} of {r['analogy_questions']} analogy questions: too few for any "
                 f"score (a rho needs {MIN_PAIRS} pairs), so the benchmarks say nothing here. The nearest neighbours "
                 f"(embeddings_neighbours) show what the vectors learned. " + text)
+    if empty:
+        text = f"Left out of the table: {left_out(rows, empty)}. " + text
     return text
 
 
 def write_table(rows: pd.DataFrame, stem) -> list[str]:
-    """stem.csv (every figure, all digits), stem.md and stem.html (the table as shown, with its note)."""
+    """stem.csv (every figure, all digits, every benchmark's coverage), stem.md and stem.html (the table as shown,
+    with its note; the benchmarks no row covers left out, and named in the note; none covered: the note alone)."""
     title = "Word vectors against WordSim-353, SimLex-999 and the analogies"
     show, text = shown(rows), note(rows)
+    table = len(empty_benchmarks(rows)) < len(COVERAGE)
     with atomic_write(f"{stem}.csv") as fh:
         rows.to_csv(fh, index=False, float_format="%.6g")
     with atomic_write(f"{stem}.md") as fh:
-        fh.write(f"## {title}\n\n{text}\n\n{show.to_markdown(index=False, disable_numparse=True)}\n")
+        body = f"\n\n{show.to_markdown(index=False, disable_numparse=True)}" if table else ""
+        fh.write(f"## {title}\n\n{text}{body}\n")
     with atomic_write(f"{stem}.html") as fh:
-        fh.write(html_page(title, [f"<p>{escape(text)}</p>", show.to_html(index=False, border=0)]))
+        fh.write(html_page(title, [f"<p>{escape(text)}</p>", *([show.to_html(index=False, border=0)] if table
+                                                                else [])]))
     return [f"{stem}.{e}" for e in ("csv", "md", "html")]
 
 
