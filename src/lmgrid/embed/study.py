@@ -118,8 +118,10 @@ def write_table(rows: pd.DataFrame, stem) -> list[str]:
         body = f"\n\n{show.to_markdown(index=False, disable_numparse=True)}" if table else ""
         fh.write(f"## {title}\n\n{text}{body}\n")
     with atomic_write(f"{stem}.html") as fh:
-        fh.write(html_page(title, [f"<p>{escape(text)}</p>", *([show.to_html(index=False, border=0)] if table
-                                                                else [])]))
+        # Without a table the page is the one line saying why, marked as such (`no-data`) for the report's check.
+        body = [f"<p>{escape(text)}</p>", show.to_html(index=False, border=0)] if table else \
+            [f"<p class='no-data'>{escape(text)}</p>"]
+        fh.write(html_page(title, body))
     return [f"{stem}.{e}" for e in ("csv", "md", "html")]
 
 
