@@ -41,11 +41,13 @@ def resolve_hparams(train_cfg: dict | None, arch: str) -> dict:
             if key not in DEFAULTS:
                 raise LmgridError(f"{source}.{key}: unknown training setting (known: {', '.join(sorted(DEFAULTS))})")
             hp[key] = value
-    _check_types(hp)
+    check_types(hp)
     return hp
 
 
-def _check_types(hp: dict) -> None:
+def check_types(values: dict, section: str = "train") -> None:
+    """Each given training setting against its schema entry (type, range, choices); the first bad one is one line
+    naming `<section>.<key>` (`model.` for a ModelConfig built by hand: lmgrid.run.spec.model_config_defaults)."""
     try:
         import jsonschema
     except ModuleNotFoundError:
@@ -57,6 +59,6 @@ def _check_types(hp: dict) -> None:
 
     root = load_schema()
     validator = jsonschema.Draft202012Validator({**root["$defs"]["train_settings"], "$defs": root["$defs"]})
-    err = next(iter(validator.iter_errors(hp)), None)
+    err = next(iter(validator.iter_errors(values)), None)
     if err is not None:
-        raise LmgridError(f"train.{'.'.join(map(str, err.absolute_path))}: {err.message}")
+        raise LmgridError(f"{section}.{'.'.join(map(str, err.absolute_path))}: {err.message}")

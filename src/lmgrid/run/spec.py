@@ -16,11 +16,11 @@ from pathlib import Path
 
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json, write_json
-from lmgrid.run.settings import DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, resolve_hparams
+from lmgrid.data.corpus import SPLITS
+from lmgrid.run.settings import DEFAULTS, MODEL_KEYS, NEUTRAL_DEFAULTS, NOT_COMPUTING, check_types, resolve_hparams
 from lmgrid.run.key import beside_runs, normalise
 
 VERSION = 1  # the spec file's format; a file of another version is refused (the workflow writes it anew each run)
-SPLITS = ("train", "valid", "test")
 DEVICES = ("cpu", "cuda")
 PRECISIONS = ("32-true", "bf16-mixed", "auto")
 
@@ -267,22 +267,8 @@ def model_config_defaults(**values):
     from lmgrid.models import ModelConfig
 
     filled = model_config_values(values)
-    _check_settings({k: filled[k] for k in MODEL_KEYS})
+    check_types({k: filled[k] for k in MODEL_KEYS}, "model")
     return ModelConfig(**filled).validate()
-
-
-def _check_settings(values: dict) -> None:
-    try:
-        import jsonschema
-    except ModuleNotFoundError:  # a bare torch environment (tools/gpu_check.py): ModelConfig.validate still runs
-        return
-    from lmgrid.run.schema import train_settings
-
-    props = train_settings()
-    for key, value in values.items():
-        err = next(iter(jsonschema.Draft202012Validator(props[key]).iter_errors(value)), None)
-        if err is not None:
-            raise LmgridError(f"model.{key}: {err.message}")
 
 
 def spec_path(spec_or_key, corpus: str) -> str:
