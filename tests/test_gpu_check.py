@@ -17,10 +17,11 @@ STOP = "stopped where the check would use the GPU"
 JSONSCHEMA_REQUIRED = '''
 import lmgrid.run.settings as hparams
 
-def _check_types(hp):
+def check_types(values, section="train"):
     import jsonschema  # noqa: F401 - what the GPU machine does not have
 
-hparams._check_types = _check_types
+assert hasattr(hparams, "check_types"), "the settings check this control replaces was renamed"
+hparams.check_types = check_types
 '''
 
 
