@@ -66,6 +66,11 @@ def per_seed(sel: dict, hits: list[RunKey]) -> bool:
     return "seed" not in sel and any(not k.is_ngram for k in hits)
 
 
+def cells_at(hits: list[RunKey], seed: int) -> list[RunKey]:
+    """A selector's cells in the run of `seed`: its neural cells of that seed, and its n-grams (shared)."""
+    return [k for k in hits if k.is_ngram or k.seed == seed]
+
+
 def runs_of(name: str, spec: dict, runs: list[RunKey]) -> tuple[dict[int | None, Components], list[str]]:
     """({seed: components} for a combination run per seed, or {None: components} for one run; notes)."""
     hits = _hits(name, spec, runs)
@@ -84,7 +89,7 @@ def runs_of(name: str, spec: dict, runs: list[RunKey]) -> tuple[dict[int | None,
     for s in seeds:
         comps: Components = []
         for sel, h, mode in hits:
-            _add(comps, [k for k in h if k.is_ngram or k.seed == s] if per_seed(sel, h) else h, mode)
+            _add(comps, cells_at(h, s) if per_seed(sel, h) else h, mode)
         out[s] = comps
     return out, notes
 
