@@ -275,3 +275,20 @@ def test_the_workflow_plans_one_combine_job_per_seed(tmp_path, repo):
     rules.write_text(rules.read_text().replace(
         own, "COMBINE_RUNS = run_folders({n: dict(list(r.items())[:1]) for n, r in _combine_resolved.items()})"))
     assert set(plan(mutant)[0]) == {"kn_gru", "pinned"}
+
+
+def test_eta_reads_a_per_seed_combine_benchmark(tmp_path, monkeypatch):
+    """A combination run per seed benchmarks to benchmarks/combine_<name>/s<seed>.tsv: the ETA of another seed's
+    job is estimated from it ('like jobs').  Kills: the like-jobs pattern of one file per combination (negative
+    control: the old regex, then the estimate falls to the default)."""
+    from lmgrid.orchestration import eta
+
+    monkeypatch.chdir(tmp_path)
+    bench = tmp_path / "results/c/benchmarks/combine_all/s4.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("s\th:m:s\tmax_rss\n7.0\t0:00:07\t1\n")
+    w = {"corpus": "c", "combo": "all/s5"}
+    assert eta.rule_estimate("combine", "c", None, w) == (7.0, "like jobs")
+    own = eta._per_job_files
+    monkeypatch.setattr(eta, "_per_job_files", lambda rule, wc: (own(rule, wc)[0], r"benchmarks/combine_[^/]+\.tsv$"))
+    assert eta.rule_estimate("combine", "c", None, w)[1] != "like jobs"
