@@ -137,3 +137,19 @@ def test_the_snapshot_wall_time_is_the_span_of_the_jobs_not_their_sum(tmp_path, 
     assert (snap / "summary.csv").is_file() and (snap / "runs.csv").is_file()
     with pytest.raises(LmgridError, match="no summary.csv"):
         docs_snapshot.snapshot(tmp_path, snap)
+
+
+def test_the_combinations_table_shows_the_spread_over_seeds_and_labels_valid_in_sample(tmp_path):
+    """Kills: a combinations rendering that drops the std or the t interval over seeds, or shows the valid PPL (the
+    settings and weights were fitted on it) without saying it is in-sample."""
+    snap = _snapshot(tmp_path)
+    (snap / "combine").mkdir()
+    pd.DataFrame({"combination": ["all"], "components": [8], "seeds": [3], "seed_list": ["4 5 6"],
+                  "test_ppl_mean": [73.5], "test_ppl_std": [0.25], "ci95_low": [72.88], "ci95_high": [74.12],
+                  "valid_ppl_in_sample": [74.3], "best_component": ["lstm"], "best_component_valid_ppl": [98.9],
+                  "best_component_test_ppl": [94.7]}).to_csv(snap / "combine" / "combinations.csv", index=False)
+    lines = [ln for ln in docs_tables.combinations(snap).splitlines()]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    row = dict(zip(heads, (c.strip() for c in lines[2].strip("|").split("|"))))
+    assert row["test PPL (mean ± std)"] == "73.50 ± 0.25" and row["95% t interval"] == "[72.88, 74.12]"
+    assert row["seeds"] == "4 5 6" and row["valid PPL (in-sample: fitted on valid)"] == "74.30"

@@ -37,7 +37,7 @@ from lmgrid.common.fileio import atomic_write, write_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
 
 # The result files the docs render from, relative to results/<corpus>/ (those that exist are copied).
-SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/combinations.csv", "studies/*/table.csv",
+SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/table.csv",
                   "studies/*/*gate*.csv", "embeddings/embeddings.csv", "scales/gates.csv")
 RUN_FILE = "run.json"
 RUNS_FILE = "runs.csv"

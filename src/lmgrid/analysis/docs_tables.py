@@ -75,20 +75,42 @@ def reference(snap: Path, _arg: str = "") -> str:
     return _markdown(show)
 
 
-COMBINATION_HEADS = {"combination": "combination", "components": "models", "valid_ppl": "valid PPL (in-sample: "
-                     "the weights are fitted on valid)", "test_ppl": "test PPL",
-                     "best_component": "best single model (chosen on valid)",
-                     "best_component_test_ppl": "its test PPL"}
+def _mean_std(mean, std) -> str:
+    return _num(mean) + ("" if _blank(std) else f" ± {std:.2f}")
+
+
+def _interval(low, high, spec: str = ".2f") -> str:
+    return "" if _blank(low) else f"[{format(low, spec)}, {format(high, spec)}]"
 
 
 def combinations(snap: Path, _arg: str = "") -> str:
-    """combine/combinations.csv: each mixture's valid (in-sample) and test PPL beside its best single model."""
+    """combine/combinations.csv: each mixture's test PPL (mean ± std over its seeds, with the 95% t interval), its
+    valid PPL, which is in-sample (settings and weights were fitted on valid), and its best single model, chosen on
+    valid.  A table of the one-run form (valid_ppl, test_ppl) is shown as it is."""
     t = _read(snap, "combine/combinations.csv")
-    show = t[[c for c in COMBINATION_HEADS if c in t]].copy()
-    for col in show.columns:
-        if col.endswith("_ppl"):
-            show[col] = show[col].map(_num)
-    return _markdown(show.rename(columns=COMBINATION_HEADS))
+    over_seeds = "test_ppl_mean" in t
+    show = pd.DataFrame({"combination": t["combination"], "models": t["components"]})
+    if over_seeds:
+        show["seeds"] = t["seed_list"].map(_text)
+        show["test PPL (mean ± std)"] = [_mean_std(m, s) for m, s in zip(t["test_ppl_mean"], t["test_ppl_std"])]
+        show["95% t interval"] = [_interval(lo, hi) for lo, hi in zip(t["ci95_low"], t["ci95_high"])]
+    else:
+        show["test PPL"] = t["test_ppl"].map(_num)
+    show["valid PPL (in-sample: fitted on valid)"] = t["valid_ppl_in_sample" if over_seeds else "valid_ppl"].map(_num)
+    show["best single model (chosen on valid)"] = t["best_component"].map(_text)
+    show["its test PPL"] = t["best_component_test_ppl"].map(_num)
+    return _markdown(show)
+
+
+def comparisons(snap: Path, _arg: str = "") -> str:
+    """combine/comparisons.csv: the paired bootstrap over test sentences, one combination against another."""
+    t = _read(snap, "combine/comparisons.csv")
+    return _markdown(pd.DataFrame({
+        "combination": t["combination"], "against": t["compare_with"], "seed": t["seed"].map(_text),
+        "test PPL": t["test_ppl"].map(_num), "its test PPL": t["compare_with_test_ppl"].map(_num),
+        "difference": t["difference"].map(lambda v: _num(v, "+.2f")),
+        "95% bootstrap interval (sentences)": [_interval(lo, hi, "+.2f") for lo, hi in zip(t["ci95_low"], t["ci95_high"])],
+        "95% t interval over seeds": [_interval(lo, hi, "+.2f") for lo, hi in zip(t["seed_t_low"], t["seed_t_high"])]}))
 
 
 def study(snap: Path, name: str) -> str:
@@ -128,8 +150,8 @@ def stops(snap: Path, _arg: str = "") -> str:
             f"{before} of them had their best epoch before their last.")
 
 
-TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "study": study,
-          "timing": timing, "stops": stops}
+TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
+          "study": study, "timing": timing, "stops": stops}
 
 
 def provenance(snap: Path, src: str) -> str:
