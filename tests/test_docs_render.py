@@ -153,3 +153,18 @@ def test_the_combinations_table_shows_the_spread_over_seeds_and_labels_valid_in_
     row = dict(zip(heads, (c.strip() for c in lines[2].strip("|").split("|"))))
     assert row["test PPL (mean ± std)"] == "73.50 ± 0.25" and row["95% t interval"] == "[72.88, 74.12]"
     assert row["seeds"] == "4 5 6" and row["valid PPL (in-sample: fitted on valid)"] == "74.30"
+
+
+def test_the_published_parameter_count_reaches_the_rendered_table(tmp_path):
+    """Kills: a reference table that drops a row's `published_params` (reference.py) or a rendering that leaves the
+    column out, or fills a count the config does not state."""
+    from lmgrid.analysis.reference import reference_table
+
+    rows = [{"model": "A", "published_test_ppl": 100.9, "source": "P 2017", "published_params": 2_700_000},
+            {"model": "B", "published_test_ppl": 78.63, "source": "slides"}]
+    snap = _snapshot(tmp_path)
+    reference_table(rows, []).to_csv(snap / "reference.csv", index=False)
+    text = docs_tables.reference(snap)
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("|")]
+    at = cells[0].index("published parameters")
+    assert [r[at] for r in cells[2:]] == ["2,700,000", "not stated"]
