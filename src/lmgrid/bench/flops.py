@@ -18,6 +18,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from lmgrid.bench.archs import MODELS, add_size_args, batches_of, bench_cutoffs, bench_fractions, model_config
 from lmgrid.models import build_model
 from lmgrid.models.flops import GATES, TRAIN_FACTOR, cluster_fractions, flops_per_token
 from lmgrid.neural.module import batch_nll
@@ -51,8 +52,6 @@ def training_tolerance(cfg, rows: int) -> float:
 def check_row(cfg, regime: str, bptt: int, rows: int, seed: int = 0) -> dict:
     """Analytic against FlopCounterMode for one model on one random batch (the second chunk of a stream, so that a
     Transformer reads a full context): per-token forward FLOPs each way and the training totals."""
-    from lmgrid.bench.archs import batches_of
-
     torch.manual_seed(seed)
     model = build_model(cfg)
     regime = "window" if cfg.arch == "ffnn" else regime
@@ -73,8 +72,6 @@ def check_row(cfg, regime: str, bptt: int, rows: int, seed: int = 0) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from lmgrid.bench.archs import MODELS, add_size_args, bench_cutoffs, bench_fractions, model_config
-
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench flops", description=__doc__.splitlines()[0])
     add_size_args(p)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
