@@ -20,6 +20,7 @@ import pandas as pd
 
 from lmgrid.analysis import layout
 from lmgrid.analysis.summary import display_table, headline
+from lmgrid.run.key import expand_study
 
 STYLE = """<style>
 body{font-family:system-ui,sans-serif;font-size:14px;margin:0;color:#222}
@@ -111,7 +112,7 @@ def answer_items(md: str, study: dict) -> list[str]:
     by_head = {head.split(" ")[0]: items for head, items in sections}
     if layout.main_figure(study) == "gates_vs_nstep" and "Gates" in by_head:
         return [first_sentence(by_head["Gates"][0])]
-    if "Implementations," in by_head:
+    if "Implementations," in by_head and len({k.impl for k in expand_study(study)}) > 1:
         return by_head["Implementations,"]
     return sections[0][1][:1]
 
