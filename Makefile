@@ -98,10 +98,13 @@ test-avx2: $(TSTAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
 		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
 
-## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT)
+## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT);
+## first prints the address that opens each experiment on its training runs, valid and test PPL shown, sorted by
+## valid PPL (MLflow's UI opens on its GenAI view otherwise; docs/results.md, "MLflow")
 MLFLOW_PORT ?= 5000
 mlflow: $(STAMP)
 	@test -f results/mlflow.db || { echo "make mlflow: no results/mlflow.db yet: run make run first"; exit 2; }
+	@$(PY) -m lmgrid.tracking.view --tracking-uri sqlite:///results/mlflow.db --base http://127.0.0.1:$(MLFLOW_PORT)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts \
 		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
