@@ -43,7 +43,7 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
-	$(PY) -m lmgrid.analysis.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report_workflow.html
+	$(PY) -m lmgrid.orchestration.report_run $(SMK) --cores 1 $(SMKCFG) --report results/report_workflow.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)

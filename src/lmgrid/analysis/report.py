@@ -94,32 +94,6 @@ def record_s(seconds: float, path: str | Path = REPORT_BENCHMARK) -> None:
     path.write_text(f"s\th:m:s\n{seconds:.4f}\t{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}\n")
 
 
-def _config_of(command: list[str]) -> dict:
-    """The config of a `snakemake ... [--configfile F] [--config set=...]` command (`make run`'s SMKCFG)."""
-    from lmgrid.orchestration.config import load_config
-
-    files = [command[i + 1] for i, a in enumerate(command[:-1]) if a == "--configfile"]
-    sets = [a[len("set="):] for i, a in enumerate(command) if a.startswith("set=") and command[i - 1] == "--config"]
-    return load_config(files, sets[0] if sets else "")
-
-
-def timed(command: list[str]) -> int:
-    """Run the report command (`make run`: snakemake ... --report results/report_workflow.html), then write the
-    results page and the PDF, recording the wall time when it succeeds.  Snakemake's output (a line per embedded
-    file) is shown only when it fails; on success one line says where the report is."""
-    started = time.time()
-    r = subprocess.run(command, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout + r.stderr)
-        return r.returncode
-    for note in write_results(Path("."), _config_of(command)):
-        print(f"lmgrid: {note}", file=sys.stderr)
-    record_s(time.time() - started)
-    pdf = f" (one page: {PDF})" if Path(PDF).is_file() else ""
-    print(f"lmgrid: report {REPORT}{pdf}: open {Path(REPORT).resolve().as_uri()} in a browser", file=sys.stderr)
-    return 0
-
-
 def drop_if_stale(results: Path, out: str = REPORT) -> str | None:
     """After a failed run: remove the report (with Snakemake's report and the PDF beside it) when a result is newer
     (it would show numbers that are no longer the results'); returns what was done, or None."""
@@ -273,8 +247,6 @@ def _check_workflow(page, path: Path, problems: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--timed"]:
-        return timed(argv[1:])
     path = (argv or [REPORT])[0]
     n, problems = check(path)
     for p in problems:

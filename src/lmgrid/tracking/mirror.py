@@ -29,17 +29,15 @@ from lmgrid.tracking import artifact_store
 from lmgrid.analysis.collect import read_benchmark, read_gates, read_log
 from lmgrid.analysis.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR
 from lmgrid.run.live import check_mlflow
-from lmgrid.tracking.view import VIEW_TAGS
+from lmgrid.tracking.view import EXPERIMENT_KIND, VIEW_TAGS
 
 TAG_KEY = "lmgrid.run_key"
 TAG_HASH = "lmgrid.content_sha256"
 TAG_KIND = "lmgrid.kind"
 TAG_STUDIES = "lmgrid.studies"
 TAG_MODEL = "lmgrid.model"
-# The UI's own value for classic model training (its experiment-kind selector sets the same tag).  MLflow 3.17's UI
-# does not open the experiment by it: its global GenAI / Model training switch decides; the address that opens the
-# training runs, and the shared view (VIEW_TAGS) it names, are in lmgrid.tracking.view.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# EXPERIMENT_KIND: the UI's own tag for classic model training; the shared training view (VIEW_TAGS) and the address
+# that opens it: lmgrid.tracking.view.
 EXPERIMENT_TAGS = {**EXPERIMENT_KIND, **VIEW_TAGS}
 MODEL_FORMAT = "pyfunc-2"  # in every cell's content hash: a change here re-logs every cell once
 FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")

@@ -21,6 +21,9 @@ import json
 import sys
 from urllib.parse import urlencode
 
+# The UI's own value for classic model training (its experiment-kind selector sets the same tag); the UI does not
+# open an experiment by it (see above), but it marks lmgrid's experiments.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 # The shared view's key (in the tag's name and the URL) and its content: MLflow's own names for the search facets
 # (searchFilter, orderByKey, orderByAsc) and the UI state (selectedColumns); a column's key is `<type>.\`<name>\``.
 VIEW_KEY = "lmgrid-training"
@@ -51,9 +54,9 @@ def ensure(client, experiment_id: str) -> None:
 def urls(tracking_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, address) for every active lmgrid experiment of the store (those with the experiment-kind
     tag the mirror sets), each given the view first."""
-    from lmgrid.tracking.mirror import EXPERIMENT_KIND, client_for
+    from mlflow import MlflowClient
 
-    client = client_for(tracking_uri)
+    client = MlflowClient(tracking_uri=tracking_uri)
     out = []
     for exp in client.search_experiments():
         if all(exp.tags.get(k) == v for k, v in EXPERIMENT_KIND.items()):
