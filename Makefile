@@ -80,9 +80,10 @@ test-full: $(TSTAMP)
 	$(call timed_pytest,make test-full: every test,)
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
-## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)
+## fails on a console error, a page error, an image that does not decode, a first screen without the whole summary
+## table, a PDF of more than one page (tests/test_workflow.py -k report, tests/test_report_page.py)
 report-check: $(TSTAMP) browser
-	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py tests/test_report_page.py -k report
 
 ## Chromium for the report's browser check, from the Debian packages when missing (as root; the package lists
 ## are fetched first where a fresh machine has none)

@@ -33,7 +33,7 @@ p{margin:3px 0}.lede,.note,.question{color:#555;font-size:12px}#summary .note{ma
 .answer{font-size:12.5px}.answer li{margin:2px 0}ul.answer{padding-left:16px;margin:3px 0}
 table{border-collapse:collapse;font-size:13px}th,td{padding:2px 8px;white-space:nowrap;text-align:right;border-bottom:1px solid #ddd}
 th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){text-align:left}thead th{border-bottom:2px solid #333}
-.no-data{color:#777;font-style:italic;font-size:12px}
+.no-data{color:#777;font-style:italic;font-size:12px}caption{text-align:left;font-size:12px;color:#555}
 #more,#workflow{padding:4px 20px 12px;border-top:1px solid #ccc}details{margin:4px 0}summary{cursor:pointer}
 @media print{#more,#workflow{display:none}#first{grid-template-columns:1fr}}
 </style>"""
