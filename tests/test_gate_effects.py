@@ -58,7 +58,8 @@ def test_a_gate_set_by_position_alone_has_no_nstep_effect_at_matched_positions(m
         "rises", "no clear change", "a position profile")
     assert t["matched_positions"] == "0" and abs(t["matched_slope"]) < 0.001 < t["slope_per_nstep"]
     assert t["profile_slope"] == pytest.approx(t["slope_per_nstep"], abs=1e-3)
-    assert set(fam["positions"]["verdict"]) == {"no clear trend"}
+    start = fam["positions"][fam["positions"]["align"] == "start"]
+    assert set(start["verdict"]) == {"no clear trend"}
 
     by_window = planted_gates(lambda n, p: 0.30 + 0.01 * n)
     assert position_answer(by_window) == ("rises", "rises", "beyond the position profile")
@@ -100,10 +101,13 @@ def test_holm_against_a_hand_computation(monkeypatch):
     assert effects.holm(p) != pytest.approx(want, nan_ok=True)
 
 
-# The six tests of a gate family (effects.gate_family), as (table, raw p column, Holm-adjusted column).
+# The tests of a gate family (effects.gate_family), as (table, raw p column, Holm-adjusted column).
 FAMILY_TESTS = [("trends", "slope_p", "slope_p_holm"), ("trends", "p_value", "kendall_p_holm"),
-                ("trends", "matched_p", "matched_p_holm"), ("trends", "beyond_p", "beyond_p_holm"),
-                ("steps", "p", "p_holm"), ("positions", "p", "p_holm")]
+                ("trends", "matched_p", "matched_p_holm"), ("trends", "end_matched_p", "end_matched_p_holm"),
+                ("trends", "beyond_p", "beyond_p_holm"), ("trends", "padfree_p", "padfree_p_holm"),
+                ("trends", "padfree_matched_p", "padfree_matched_p_holm"),
+                ("trends", "padfree_end_p", "padfree_end_p_holm"), ("steps", "p", "p_holm"),
+                ("positions", "p", "p_holm")]
 
 
 def family_problems(fam: dict) -> list[str]:
