@@ -221,12 +221,10 @@ def write_gate_tables(name: str, gates: pd.DataFrame, trend_paths, means_paths, 
         columns={"padding-free end p_H": "pad-free end p_H"})
     dfs = sorted(set(trends["slope_df"]))
     m_txt = f"m = {int(trends['family_tests'].iloc[0])}" if len(trends) else "m tests"
-    trend_caption = (f"Gate slope per token of context: pooled over the window, at the start positions every n "
-                     f"shares (start: 0 = oldest input), at the end lags every n shares (end: 1 = last input), and "
-                     f"end-aligned over padding-free targets only; mean over seeds, simultaneous {PCT}% t intervals "
-                     f"(Bonferroni over the family's {m_txt}; df " + (f"{dfs[0]}" if len(dfs) == 1 else
-                                                                      "= seeds - 1") +
-                     "); p_H: Holm over the study's gate tests.")
+    trend_caption = (f"Gate slope per token of context: pooled, at the start positions (0 = oldest input) and end "
+                     f"lags (1 = last input) every n shares, and end-aligned on padding-free targets; mean over "
+                     f"seeds, simultaneous {PCT}% t intervals (Bonferroni, {m_txt}; df "
+                     + (f"{dfs[0]}" if len(dfs) == 1 else "= seeds - 1") + "); p_H: Holm.")
     _write_four(trends, show, title, note, trend_paths, (trend_tex, trend_caption, f"tab:{name}-gate-trends"))
     if steps_tex_path is not None:
         with atomic_write(steps_tex_path) as fh:
@@ -321,17 +319,17 @@ def _confound_summary(trends: pd.DataFrame) -> str:
     has_padfree = ~trends["padfree_targets"].isna()
     if not has_padfree.any():
         return (f"- **Without the confounds**: not measured here (the runs' gates.csv predate the padding-free "
-                f"rows); {int(pooled.sum())} of {len(trends)} gate(s) change pooled over the window, which mixes "
-                "start-aligned positions with padding that differs by n.")
+                f"rows); {int(pooled.sum())} of {_count(len(trends), 'gate')} change pooled over the window, which "
+                "mixes start-aligned positions with padding that differs by n.")
     gone = ", ".join(f"{names.display(t.model)} l{int(t.layer) + 1} {t.gate}" for t in
                      trends[pooled & ~kept & has_padfree].itertuples()) or "none"
     new = ", ".join(f"{names.display(t.model)} l{int(t.layer) + 1} {t.gate}" for t in
                     trends[clean & ~pooled].itertuples()) or "none"
     return (f"- **Without the confounds** (padding-free targets, the same at every n, read at the lags every n "
             f"shares, counted back from the predicted word; Holm over the family): {int(pooled.sum())} of "
-            f"{len(trends)} gate(s) change with n pooled over the window; {int(kept.sum())} of them change the same "
-            f"way without the confounds, {int(clean.sum())} in all do. Pooled trends that do not survive: {gone}; "
-            f"changes seen only without the confounds: {new}.")
+            f"{_count(len(trends), 'gate')} change with n pooled over the window; {int(kept.sum())} of them change "
+            f"the same way without the confounds, {int(clean.sum())} in all do. Pooled trends that do not survive: "
+            f"{gone}; changes seen only without the confounds: {new}.")
 
 
 def _impl_sentences(diffs: pd.DataFrame) -> list[str]:
