@@ -19,8 +19,13 @@ Gate values come from gates.csv (window regime), which holds only gate values th
     `non-monotone` whatever the slope says;
   - Kendall's tau-b between n_step and the runs' gate means over every run, two-sided (scipy.stats.kendalltau),
     a rank check that decides the direction only for a single seed (no interval over seeds).
+  - end-aligned (analysis.positions.aligned): the matched and per-place slope tests with places counted back from
+    the predicted word (lag 1 = the last input at every n), beside the start-aligned ones;
+  - padding-free (analysis.positions.padfree_rows): the pooled, matched-start and matched-end slope tests and the
+    per-place ones on the targets whose window has no padding at any n of the study (the same targets at every n).
   All of a study's gate tests are one family (FAMILY), Holm-adjusted (`holm`); every verdict reads the adjusted
-  p < 0.05.  Intervals are the marginal 95% ones, printed with their method and df.
+  p < 0.05.  The marginal 95% intervals stay in the tables' CSVs (ci_*); beside a verdict the simultaneous ones
+  (`simultaneous`, sim_*) are printed, with their method, df and the family size m.
 * `impl_differences`: each implementation of an architecture against its default (torch = nn.LSTM), on test PPL,
   paired by seed (same seed = same initial weights, see lmgrid.models): mean difference, 95% paired t interval
   (df = seeds - 1) and p, Holm-adjusted over the family of those contrasts.  Each pair once: with torch, cell and
