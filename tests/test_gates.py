@@ -1,6 +1,7 @@
 """Gate statistics count real tokens only: no window <s> padding, no stream tail padding; g saturation is |g|>0.9."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lmgrid.run.gate_facts import saturation_bounds
@@ -151,7 +152,8 @@ def _varied_sentences():
 def padfree_problems(study, runs, sents) -> list[str]:
     """The study's padding-free rows (positions.padfree_rows: min_context 8 for a largest n of 9) against a hand
     computation: at every n and position, exactly the targets with at least 8 words before them, and the gate i's
-    mean over their windows at that position from the raw activations."""
+    mean, standard deviation and right-saturated share over their windows at that position from the raw
+    activations."""
     from lmgrid.analysis import positions
 
     keep = gates.preceding_words(sents) >= 8
@@ -161,8 +163,10 @@ def padfree_problems(study, runs, sents) -> list[str]:
         _, _, acts = model(x, return_gates=True)
         for t in range(n - 1):
             r = rows[(rows["n_step"] == n) & (rows["gate"] == "i") & (rows["layer"] == 0) & (rows["position"] == t)]
-            want = acts["i"][0][keep][:, t].double().mean().item()
-            if len(r) != 1 or r["tokens"].iloc[0] != int(keep.sum()) or abs(r["mean"].iloc[0] - want) > 1e-9:
+            vals = acts["i"][0][keep][:, t].double()
+            want, sd, right = vals.mean().item(), vals.std(unbiased=False).item(), (vals > 0.9).double().mean().item()
+            got = (r["mean"].iloc[0], r["std"].iloc[0], r["frac_right_saturated"].iloc[0]) if len(r) == 1 else ()
+            if r["tokens"].tolist() != [int(keep.sum())] or got != pytest.approx((want, sd, right), abs=1e-9):
                 out.append(f"n {n}, position {t}: {r[['tokens', 'mean']].to_dict('records')} against "
                            f"{int(keep.sum())} targets, mean {want:.6g}")
     return out
