@@ -364,6 +364,9 @@ def test_the_printed_interval_agrees_with_the_holm_verdict(monkeypatch, tmp_path
     paths = [[str(tmp_path / f"{x}.{e}") for e in ("csv", "md", "tex", "html")] for x in ("ge", "gm", "gp")]
     findings.write_gate_tables("s", gates, paths[0], paths[1], None, paths[2])
     assert f"[{r['sim_low']:+.4f}, {r['sim_high']:+.4f}]" in (tmp_path / "gp.md").read_text()
+    impl = effects.impl_differences(impl_runs())  # the implementation contrasts print theirs the same way
+    excludes = (impl["sim_low"] > 0) | (impl["sim_high"] < 0)
+    assert not (excludes & (impl["verdict"] == "no clear difference")).any() and excludes.any()
 
     monkeypatch.setattr(effects, "simultaneous", lambda est, lo, hi, df, m: (np.asarray(lo, float),
                                                                              np.asarray(hi, float)))

@@ -382,6 +382,11 @@ def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFra
     out = pd.DataFrame(rows, columns=["arch", "n_step", "layers", "regime", "impl_a", "impl_b", "seeds",
                                       f"{metric}_a", f"{metric}_b", "diff_b_minus_a", "ci_low", "ci_high", "df", "p"])
     out["p_holm"] = holm(out["p"].to_numpy(float)) if len(out) else []
+    # beside the Holm verdicts, the simultaneous intervals over the same contrasts (`simultaneous` says why)
+    m = int(np.count_nonzero(~np.isnan(out["p"].to_numpy(float))))
+    out["sim_low"], out["sim_high"] = (simultaneous(out["diff_b_minus_a"], out["ci_low"], out["ci_high"], out["df"], m)
+                                       if len(out) else ([], []))
+    out["family_tests"] = m
     out["verdict"] = [("one seed: no claim" if s < 2 else f"{b} higher" if ph < ALPHA and d > 0 else
                        f"{b} lower" if ph < ALPHA else "no clear difference")
                       for s, b, d, ph in zip(out["seeds"], out["impl_b"], out["diff_b_minus_a"], out["p_holm"])]

@@ -336,11 +336,13 @@ def _impl_sentences(diffs: pd.DataFrame) -> list[str]:
     out = []
     for _, d in diffs.iterrows():
         a, b = (names.display(d["arch"] if i == "torch" else f"{d['arch']}/{i}") for i in (d["impl_a"], d["impl_b"]))
-        ci = _ci(d["ci_low"], d["ci_high"], "+.2f", ONE_SEED)
-        method = "" if math.isnan(d["ci_low"]) else f" (paired t, df {int(d['df'])}, p_H {_p(d['p_holm'])})"
+        ci = _ci(d["sim_low"], d["sim_high"], "+.2f", ONE_SEED)
+        step_down = ", step-down" if d["p_holm"] < effects.ALPHA and d["sim_low"] <= 0 <= d["sim_high"] else ""
+        method = "" if math.isnan(d["sim_low"]) else (f" (paired t, df {int(d['df'])}, m {int(d['family_tests'])}, "
+                                                      f"p_H {_p(d['p_holm'])}{step_down})")
         out.append(f"- **{b} vs {a}** (n = {d['n_step']}, {_count(int(d['layers']), 'layer')}, "
                    f"{d['regime']}): test PPL {d['test_ppl_b']:.2f} vs {d['test_ppl_a']:.2f}, difference "
-                   f"{d['diff_b_minus_a']:+.2f}, {PCT}% interval {ci}{method}, "
+                   f"{d['diff_b_minus_a']:+.2f}, simultaneous {PCT}% interval {ci}{method}, "
                    f"over {_count(int(d['seeds']), 'paired seed')}: {d['verdict']}.")
     return out
 
@@ -408,8 +410,9 @@ def write_findings(name: str, runs: pd.DataFrame, family: dict | None, means: pd
     diffs = effects.impl_differences(runs)
     if len(diffs):
         sections.append(("Implementations, each against nn.LSTM/nn.GRU once (same seed = same initial weights; "
-                         f"{PCT}% paired t intervals over seeds; a difference is claimed only when its p, "
-                         "Holm-adjusted over these contrasts (p_H), is below 0.05)",
+                         f"paired t over seeds; a difference is claimed only when its p, Holm-adjusted over these "
+                         f"contrasts (p_H), is below 0.05; the intervals are simultaneous {PCT}% ones over the m "
+                         "contrasts (Bonferroni), so one that excludes 0 is always beside a claim)",
                          _impl_sentences(diffs) + _ablation_sentences(diffs)))
     trends = family["trends"] if family is not None else None
     if trends is not None and len(trends):
