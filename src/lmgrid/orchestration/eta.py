@@ -81,7 +81,7 @@ def _per_job_files(rule: str, wildcards: dict) -> tuple[str, str] | None:
         return own, rf"benchmarks/token_scores/.*_s\d+_{re.escape(wildcards['mode'])}\.tsv$"
     if rule == "combine" and "combo" in wildcards:
         own = f"results/{wildcards['corpus']}/benchmarks/combine_{wildcards['combo']}.tsv"
-        return own, r"benchmarks/combine_[^/]+\.tsv$"
+        return own, r"benchmarks/combine_[^/]+(/s\d+)?\.tsv$"  # a combination run per seed: combine_<name>/s<seed>
     return None
 
 
