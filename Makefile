@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow kenlm
+.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -120,6 +120,11 @@ mlflow: $(STAMP)
 
 lint: $(STAMP)
 	$(SMK) --lint
+
+## README.md's and docs/'s marked tables and figures rewritten from their snapshots (docs/results/<name>/; after a run:
+## $(PY) -m lmgrid docs --from results/<corpus> --snapshot docs/results/<name> first). The fast tier checks them
+docs: $(STAMP)
+	$(PY) -m lmgrid docs --render
 
 clean:
 	rm -rf results .snakemake
