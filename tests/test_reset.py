@@ -1,0 +1,176 @@
+"""The reset pass (lmgrid.testtime.reset): a stream run scored with its state reset at every sentence start.
+
+The corpus makes context across sentences matter: a topic (its own three words) persists from sentence to sentence
+and switches with probability 0.1, and sentences have 2 to 8 words, so rows of one batch have different lengths
+and padding is there to be mishandled.  One stream RNN is trained on it in fp32 (32-true: the comparisons are exact
+to float32 rounding on any CPU) and shared by the tests.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lmgrid import cli
+from lmgrid.common.errors import LmgridError
+from lmgrid.data.corpus import load_split
+from lmgrid.data.ppl import EOS, PAD, perplexity
+from lmgrid.data.vocab import Vocab
+from lmgrid.neural import data as data_mod
+from lmgrid.neural.data import encode
+from lmgrid.neural.model_io import load_run
+from lmgrid.run import reset_scores
+from lmgrid.testtime import reset
+
+from test_neural_support import write_corpus
+from test_neural_train import train
+
+
+def topic_sentences(n: int, rng: np.random.Generator, state: list) -> list[list[str]]:
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.1:
+            state[0] = int(rng.integers(2))
+        out.append([f"t{state[0]}w{int(w)}" for w in rng.integers(3, size=int(rng.integers(2, 9)))])
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reset")
+    rng, state = np.random.default_rng(7), [0]
+    corpus = write_corpus(root, {"train": topic_sentences(1200, rng, state), "valid": topic_sentences(150, rng, state),
+                                 "test": topic_sentences(300, rng, state)})
+    metrics, run_dir = train(corpus, root, arch="rnn", regime="stream", epochs=3, emb_dim=16, hidden_dim=32, lr=0.01,
+                             stream_batch_size=16, bptt=10, lr_decays=0, precision="32-true")
+    vocab = Vocab.load(corpus["vocab_path"])
+    ids = encode(vocab, load_split(corpus["paths"]["test"]))
+    return {"corpus": corpus, "metrics": metrics, "run_dir": run_dir, "model": load_run(run_dir).model,
+            "vocab": vocab, "ids": ids}
+
+
+def _reset_nll(t, batch_sentences: int) -> torch.Tensor:
+    v = t["vocab"]
+    return reset.reset_token_nll(t["model"], t["ids"], eos=v.index[EOS], pad=v.index[PAD], bptt=10,
+                                 batch_sentences=batch_sentences)
+
+
+def _ppl(nll: torch.Tensor) -> float:
+    return perplexity(float(nll.double().sum()), nll.numel())
+
+
+def _hand_loop(t) -> torch.Tensor:
+    """Each sentence alone, one at a time: `</s> w1 .. wn` from a zero state (state None), the whole sentence in one
+    forward, NLL of w1 .. wn </s>."""
+    eos, out = t["vocab"].index[EOS], []
+    model = t["model"].eval()
+    with torch.no_grad():
+        for s in t["ids"]:
+            logits, _, _ = model(torch.tensor([[eos, *s]]), None)
+            logp = torch.log_softmax(logits[0].float(), -1)
+            out.append(-logp.gather(1, torch.tensor([*s, eos])[:, None])[:, 0])
+    return torch.cat(out)
+
+
+def _one_row_per_batch(monkeypatch, corpus_order: bool = False):
+    """The mutation "state carried across the reset": a batch's sentences in one row, the state carried across them;
+    with corpus_order, also unsorted, so that one batch of every sentence is the whole split read as one stream
+    (a reset that resets nothing)."""
+    real = data_mod.sentence_rows
+    monkeypatch.setattr(data_mod, "sentence_rows", lambda ids, rows, eos, pad: real(ids, 1, eos, pad))
+    if corpus_order:
+        monkeypatch.setattr(reset, "length_order", lambda ids: list(range(len(ids))))
+
+
+def test_reset_pass_equals_each_sentence_scored_alone(trained, monkeypatch):
+    """Every counted target's NLL equals a hand loop that scores each sentence on its own from a zero state, in
+    corpus order, and the count is the run's test token count.  Kills: state carried across the reset (the
+    negative control, run here: a batch's sentences read as one row, the state carried from sentence to sentence,
+    no longer equals the hand loop)."""
+    hand = _hand_loop(trained)
+    got = _reset_nll(trained, 16)
+    assert got.numel() == hand.numel() == trained["metrics"]["test"]["tokens"]
+    torch.testing.assert_close(got, hand, rtol=1e-5, atol=1e-5)
+
+    _one_row_per_batch(monkeypatch)
+    carried = _reset_nll(trained, 16)
+    assert carried.numel() == hand.numel()
+    assert not torch.allclose(carried, hand, rtol=1e-5, atol=1e-5)
+
+
+def test_reset_ppl_is_above_the_carried_ppl_where_earlier_sentences_matter(trained, monkeypatch):
+    """On the topic corpus a sentence's first words are predictable only from the sentences before it: the reset
+    PPL is clearly above the run's own test PPL (state carried).  Kills: a reset that resets nothing (the negative
+    control, run here: the split read as one row, in corpus order, comes within 3% of the carried PPL)."""
+    carried = trained["metrics"]["test"]["ppl"]
+    reset_ppl = _ppl(_reset_nll(trained, 64))
+    assert reset_ppl > 1.05 * carried, (reset_ppl, carried)
+
+    _one_row_per_batch(monkeypatch, corpus_order=True)
+    nothing_reset = _ppl(_reset_nll(trained, len(trained["ids"])))
+    assert nothing_reset < 1.03 * carried, (nothing_reset, carried)
+
+
+def test_reset_ppl_does_not_depend_on_the_batch_size(trained, monkeypatch):
+    """The PPL (and every token's NLL) is the same for 1, 7 and 64 sentences a batch, though sentences of 2 to 8
+    words make rows of one batch differ in length.  Kills: padding unmasked (the negative control, run here: each
+    row's padding moved before its sentence, so the state reads padding before </s>: the PPL changes with the batch
+    size) and padding counted (padded targets scored as <pad>: the count or the PPL changes)."""
+    ppls = {b: _ppl(_reset_nll(trained, b)) for b in (1, 7, 64)}
+    assert ppls[7] == pytest.approx(ppls[1], rel=1e-6) and ppls[64] == pytest.approx(ppls[1], rel=1e-6), ppls
+
+    real = data_mod.sentence_rows
+
+    def left_padded(ids, rows, eos, pad):  # mutation 1: padding before each row's sentence
+        x, y = real(ids, rows, eos, pad)
+        for r in range(len(x)):
+            k = int((y[r] == data_mod.IGNORE).sum())
+            x[r], y[r] = torch.roll(x[r], k), torch.roll(y[r], k)
+        return x, y
+
+    monkeypatch.setattr(data_mod, "sentence_rows", left_padded)
+    unmasked = _ppl(_reset_nll(trained, 64))
+    assert unmasked != pytest.approx(ppls[1], rel=1e-4)
+
+    def counted(ids, rows, eos, pad):  # mutation 2: padded targets scored as <pad>
+        x, y = real(ids, rows, eos, pad)
+        return x, torch.where(y == data_mod.IGNORE, torch.full_like(y, pad), y)
+
+    monkeypatch.setattr(data_mod, "sentence_rows", counted)
+    try:
+        padded = _ppl(_reset_nll(trained, 64))
+    except RuntimeError:  # the per-sentence split no longer adds up: as much a failure as a wrong PPL
+        padded = math.nan
+    assert padded != pytest.approx(ppls[1], rel=1e-6)
+
+
+def test_reset_scores_command_writes_the_record(trained, tmp_path):
+    """`lmgrid reset-scores` writes reset_scores.json beside metrics.json: the reset PPLs the pass gives, the run's
+    token counts and carried PPLs; a window run is refused with one line.  Kills: a record whose test PPL is not the
+    pass's, or whose token count is not the run's."""
+    paths, run_dir = trained["corpus"]["paths"], trained["run_dir"]
+    argv = ["reset-scores", "--run-dir", str(run_dir), "--valid", paths["valid"], "--test", paths["test"],
+            "--vocab", trained["corpus"]["vocab_path"], "--batch-sentences", "5"]
+    assert cli.main(argv) == 0
+    record = reset_scores.read(run_dir / reset_scores.RESET_FILE)
+    assert record["test_ppl_reset"] == pytest.approx(_ppl(_reset_nll(trained, 64)), rel=1e-6)
+    assert record["test_tokens"] == trained["metrics"]["test"]["tokens"]
+    assert record["valid_tokens"] == trained["metrics"]["valid"]["tokens"]
+    assert record["test_ppl"] == trained["metrics"]["test"]["ppl"] and record["batch_sentences"] == 5
+    assert record["precision"] == "32-true"
+
+    window = json.loads((run_dir / "metrics.json").read_text())
+    window["regime"] = "window"
+    fake = tmp_path / "window_run"
+    fake.mkdir()
+    (fake / "metrics.json").write_text(json.dumps(window))
+    (fake / "model.ckpt").write_bytes((run_dir / "model.ckpt").read_bytes())
+    with pytest.raises(LmgridError, match="needs a stream-regime neural run"):
+        reset.score_run(fake, paths, trained["corpus"]["vocab_path"])
+    bad = dict(record, test_tokens=1.5)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(LmgridError, match="test_tokens"):
+        reset_scores.read(tmp_path / "bad.json")
