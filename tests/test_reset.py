@@ -174,3 +174,46 @@ def test_reset_scores_command_writes_the_record(trained, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(LmgridError, match="test_tokens"):
         reset_scores.read(tmp_path / "bad.json")
+
+
+def test_summary_shows_the_reset_column_for_stream_rows_only(trained, tmp_path, monkeypatch):
+    """summary.ppl_table and its Markdown: the stream row's test_ppl_reset is its reset_scores.json figure, the
+    window row's is empty (scored per sentence already), and the headline shows it for the stream cell.  Kills: the
+    summary not reading the reset files (the negative control, run here: with the files' reader returning nothing
+    the stream row's column is empty)."""
+    from lmgrid.analysis import summary
+
+    stream_dir = tmp_path / "runs" / "rnn" / "torch" / "n0_l1_stream_s1"
+    window_dir = tmp_path / "runs" / "rnn" / "torch" / "n3_l1_window_s1"
+    record = json.loads((trained["run_dir"] / "metrics.json").read_text())
+    for folder, regime, n_step in ((stream_dir, "stream", 0), (window_dir, "window", 3)):
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({**record, "regime": regime, "n_step": n_step}))
+    fields = {k: 1.0 for k in ("valid_nll_nats", "test_nll_nats", "valid_ppl", "test_ppl", "valid_ppl_reset", "wall_s")}
+    reset_scores.write(stream_dir / reset_scores.RESET_FILE, {
+        **fields, "name": "rnn n0 l1 stream s1", "run_dir": str(stream_dir), "test_ppl_reset": 12.345,
+        **{f"{s}_{k}": 10 for s in ("valid", "test") for k in ("tokens", "sentences")}, "precision": "32-true",
+        "device": "cpu (1 threads)", "threads": 1, "bptt": 10, "batch_sentences": 64})
+    metrics = [str(stream_dir / "metrics.json"), str(window_dir / "metrics.json")]
+    resets = [str(stream_dir / reset_scores.RESET_FILE)]
+
+    table = summary.ppl_table(None, metrics, resets).set_index("regime")
+    assert table.loc["stream", "test_ppl_reset"] == 12.345 and math.isnan(table.loc["window", "test_ppl_reset"])
+    md = tmp_path / "summary.md"
+    summary.write("c", *_stats(tmp_path), None, metrics, str(tmp_path / "s.csv"), str(md), None, resets)
+    assert "Test PPL (reset)" in md.read_text() and "12.35" in md.read_text()
+    top = summary.headline(summary.ppl_table(None, metrics, resets))
+    assert top[summary.RESET_HEAD].tolist() == ["12.35"]  # one rnn model: its best cell on valid is the stream one
+    with pytest.raises(LmgridError, match="no run in --metrics"):
+        summary.ppl_table(None, metrics[1:], resets)
+
+    monkeypatch.setattr(summary, "_reset_by_run", lambda reset_paths, metrics_paths: {})
+    assert math.isnan(summary.ppl_table(None, metrics, resets).set_index("regime").loc["stream", "test_ppl_reset"])
+
+
+def _stats(folder) -> tuple[str, str]:
+    """A corpus_stats.json and vocab_report.json of one split, for summary.write."""
+    stats, report = folder / "corpus_stats.json", folder / "vocab_report.json"
+    stats.write_text(json.dumps({"splits": {"test": {"sentences": 2, "tokens": 8, "types": 4}}}))
+    report.write_text(json.dumps({"vocab_size": 10, "splits": {"test": {"oov_tokens": 0, "oov_rate": 0.0}}}))
+    return str(stats), str(report)

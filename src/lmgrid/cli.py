@@ -131,7 +131,7 @@ def cmd_oracle(a) -> None:
 def cmd_summary(a) -> None:
     from lmgrid.analysis.summary import write
 
-    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html)
+    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html, a.reset)
 
 
 def cmd_reference(a) -> None:
@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--vocab-report", required=True, help="vocab_report.json")
     s.add_argument("--oracle", help="oracle.json (synthetic corpora)")
     s.add_argument("--metrics", nargs="*", default=[], help="every run's metrics.json")
+    s.add_argument("--reset", nargs="*", default=[], help="the stream runs' reset_scores.json (lmgrid reset-scores)")
     s.add_argument("--csv", required=True, help="output: summary.csv")
     s.add_argument("--md", required=True, help="output: summary.md")
     s.add_argument("--html", help="also the tables as one HTML page (for the Snakemake report)")

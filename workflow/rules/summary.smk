@@ -5,6 +5,7 @@ rule summary:
         vocab_report="results/{corpus}/vocab_report.json",
         oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        reset=reset_files(),  # reset.smk: the stream cells' PPL with the state reset at every sentence
     output:
         csv="results/{corpus}/summary.csv",
         md="results/{corpus}/summary.md",
@@ -21,7 +22,7 @@ rule summary:
         brief("{wildcards.corpus}: summary table -> {output.html}")
     shell:
         "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
-        "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
+        "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} --reset {input.reset} "
         "--csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
 
 
