@@ -149,7 +149,8 @@ def test_reset_ppl_does_not_depend_on_the_batch_size(trained, monkeypatch):
 
 def test_reset_scores_command_writes_the_record(trained, tmp_path):
     """`lmgrid reset-scores` writes reset_scores.json beside metrics.json: the reset PPLs the pass gives, the run's
-    token counts and carried PPLs; a window run is refused with one line.  Kills: a record whose test PPL is not the
+    token counts and carried PPLs, and the test PPL `lmgrid score` gives the test split (which docs/configuration.md
+    says); a window run is refused with one line.  Kills: a record whose test PPL is not the
     pass's, or whose token count is not the run's."""
     paths, run_dir = trained["corpus"]["paths"], trained["run_dir"]
     argv = ["reset-scores", "--run-dir", str(run_dir), "--valid", paths["valid"], "--test", paths["test"],
@@ -161,6 +162,11 @@ def test_reset_scores_command_writes_the_record(trained, tmp_path):
     assert record["valid_tokens"] == trained["metrics"]["valid"]["tokens"]
     assert record["test_ppl"] == trained["metrics"]["test"]["ppl"] and record["batch_sentences"] == 5
     assert record["precision"] == "32-true"
+    # `lmgrid score` reads a stream cell's sentences each on its own (lmgrid.neural.model_io): the same convention
+    from lmgrid import lm
+
+    assert lm.score_file(lm.load(run_dir), paths["test"], tmp_path / "score.tsv")["ppl"] == pytest.approx(
+        record["test_ppl_reset"], rel=1e-5)
 
     window = json.loads((run_dir / "metrics.json").read_text())
     window["regime"] = "window"
@@ -176,13 +182,9 @@ def test_reset_scores_command_writes_the_record(trained, tmp_path):
         reset_scores.read(tmp_path / "bad.json")
 
 
-def test_summary_shows_the_reset_column_for_stream_rows_only(trained, tmp_path, monkeypatch):
-    """summary.ppl_table and its Markdown: the stream row's test_ppl_reset is its reset_scores.json figure, the
-    window row's is empty (scored per sentence already), and the headline shows it for the stream cell.  Kills: the
-    summary not reading the reset files (the negative control, run here: with the files' reader returning nothing
-    the stream row's column is empty)."""
-    from lmgrid.analysis import summary
-
+def _runs_with_reset(trained, tmp_path) -> tuple[list[str], list[str]]:
+    """Two run folders with the trained run's metrics.json, one as a stream run with a reset_scores.json (test PPL
+    12.345), one as a window run: (metrics files, reset files)."""
     stream_dir = tmp_path / "runs" / "rnn" / "torch" / "n0_l1_stream_s1"
     window_dir = tmp_path / "runs" / "rnn" / "torch" / "n3_l1_window_s1"
     record = json.loads((trained["run_dir"] / "metrics.json").read_text())
@@ -195,8 +197,17 @@ def test_summary_shows_the_reset_column_for_stream_rows_only(trained, tmp_path, 
         **{f"{s}_{k}": 10 for s in ("valid", "test") for k in ("tokens", "sentences")}, "precision": "32-true",
         "device": "cpu (1 threads)", "threads": 1, "bptt": 10, "batch_sentences": 64})
     metrics = [str(stream_dir / "metrics.json"), str(window_dir / "metrics.json")]
-    resets = [str(stream_dir / reset_scores.RESET_FILE)]
+    return metrics, [str(stream_dir / reset_scores.RESET_FILE)]
 
+
+def test_summary_shows_the_reset_column_for_stream_rows_only(trained, tmp_path, monkeypatch):
+    """summary.ppl_table and its Markdown: the stream row's test_ppl_reset is its reset_scores.json figure, the
+    window row's is empty (scored per sentence already), and the headline shows it for the stream cell.  Kills: the
+    summary not reading the reset files (the negative control, run here: with the files' reader returning nothing
+    the stream row's column is empty)."""
+    from lmgrid.analysis import summary
+
+    metrics, resets = _runs_with_reset(trained, tmp_path)
     table = summary.ppl_table(None, metrics, resets).set_index("regime")
     assert table.loc["stream", "test_ppl_reset"] == 12.345 and math.isnan(table.loc["window", "test_ppl_reset"])
     md = tmp_path / "summary.md"
@@ -209,6 +220,26 @@ def test_summary_shows_the_reset_column_for_stream_rows_only(trained, tmp_path, 
 
     monkeypatch.setattr(summary, "_reset_by_run", lambda reset_paths, metrics_paths: {})
     assert math.isnan(summary.ppl_table(None, metrics, resets).set_index("regime").loc["stream", "test_ppl_reset"])
+
+
+def test_reference_shows_the_reset_mean_beside_stream_rows(trained, tmp_path):
+    """reference.py: a row of stream runs gets their mean reset test PPL (column test_ppl_reset_mean, shown as
+    'ours (reset)'), a row of window runs none, and the verdict is the same with or without it.  Kills: the table
+    not reading the reset files (the negative control, run here: with the files left out the stream row's value is
+    empty)."""
+    from lmgrid.analysis import reference
+
+    metrics, resets = _runs_with_reset(trained, tmp_path)
+    rows = [{"model": f"rnn {r}", "published_test_ppl": 10.0, "source": "s", "runs": {"arch": "rnn", "regime": r}}
+            for r in ("stream", "window")]
+    table = reference.reference_table(rows, metrics, [], resets)
+    assert table.loc[0, "test_ppl_reset_mean"] == 12.345 and math.isnan(table.loc[1, "test_ppl_reset_mean"])
+    out = {ext: str(tmp_path / f"ref.{ext}") for ext in ("csv", "md", "tex", "html")}
+    reference.write(rows, metrics, out["csv"], out["md"], out["tex"], out["html"], [], resets)
+    assert "ours (reset)" in (tmp_path / "ref.md").read_text() and "12.3" in (tmp_path / "ref.md").read_text()
+    without = reference.reference_table(rows, metrics, [])
+    assert without["verdict"].tolist() == table["verdict"].tolist()
+    assert math.isnan(without.loc[0, "test_ppl_reset_mean"])
 
 
 def _stats(folder) -> tuple[str, str]:

@@ -139,7 +139,7 @@ def cmd_reference(a) -> None:
 
     from lmgrid.analysis.reference import write
 
-    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations)
+    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations, a.reset)
 
 
 def cmd_score(a) -> None:
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rows", required=True, help="the config's reference list, as JSON")
     s.add_argument("--metrics", nargs="*", default=[], help="the metrics.json of the runs the rows name")
     s.add_argument("--combinations", nargs="*", default=[], help="result.json of the combinations rows name (combine:)")
+    s.add_argument("--reset", nargs="*", default=[], help="the stream runs' reset_scores.json (lmgrid reset-scores)")
     for ext in ("csv", "md", "tex", "html"):
         s.add_argument(f"--{ext}", required=True, help=f"output: the table as {ext.upper()}")
     s.set_defaults(func=cmd_reference)

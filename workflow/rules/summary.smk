@@ -34,6 +34,7 @@ rule reference:
         # combine.smk: the combinations the rows name (a row naming one left out of the config reads "not run here")
         combinations=lambda w: list(dict.fromkeys(f"results/{w.corpus}/combine/{r['combine']}/result.json"
                                                   for r in config["reference"] if r.get("combine") in COMBINE)),
+        reset=reset_files(),  # reset.smk: shown beside our test PPL for stream rows
     output:
         csv="results/{corpus}/reference.csv",
         md="results/{corpus}/reference.md",
@@ -50,5 +51,6 @@ rule reference:
     message:
         brief("{wildcards.corpus}: published figures beside ours -> {output.md}")
     shell:
-        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --combinations {input.combinations} --csv {output.csv} --md {output.md} "
+        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --combinations {input.combinations} "
+        "--reset {input.reset} --csv {output.csv} --md {output.md} "
         "--tex {output.tex} --html {output.html} > {log} 2>&1"

@@ -38,8 +38,8 @@ def length_order(ids: list[list[int]]) -> list[int]:
     return sorted(range(len(ids)), key=lambda i: -len(ids[i]))
 
 
-def reset_token_nll(model, ids: list[list[int]], *, eos: int, pad: int, bptt: int, batch_sentences: int = BATCH_SENTENCES,
-                    device="cpu"):
+def reset_token_nll(model, ids: list[list[int]], *, eos: int, pad: int, bptt: int,
+                    batch_sentences: int = BATCH_SENTENCES, device="cpu"):
     """NLL (nats, float32 tensor [N]) of every counted target, each sentence from a zero state after one </s>, in
     corpus order: sentence 0's words and </s>, then sentence 1's, ...  ids: the sentences as vocabulary ids."""
     import torch
