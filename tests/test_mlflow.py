@@ -393,4 +393,35 @@ def test_one_run_per_combination_with_its_weights_and_settings(results, tmp_path
     assert refit["combinations"]["kn_lstm"] != first["combinations"]["kn_lstm"] and refit["replaced"] == 1
     combo = active_runs(uri).query("`tags.lmgrid.kind` == 'combination'")
     assert len(combo) == 1 and combo.iloc[0]["params.weight_0"] == "0.5"
+
+
+def test_each_seed_of_a_combination_is_its_own_mlflow_run(results, tmp_path, new_store):
+    """Issue 44: a combination run per seed (combine/<name>/s<seed>/) is one MLflow run per seed, keyed on its
+    result.json's `run`, so seed 2 does not replace seed 1.  Kills: runs keyed on the combination's name (negative
+    control: the same two results without `run` leave one run, each sync replacing the other's)."""
+    from lmgrid.common.fileio import read_json, write_json
+    from lmgrid.testtime.combine.mixture import Mixture
+    from lmgrid.testtime.combine.table import write as write_combination
+
+    def write(seed: int, keep_run: bool = True) -> str:
+        folder = results / f"results/{CORPUS}/combine/duo/s{seed}"
+        m = Mixture(labels=["kn n2", f"lstm n3 s{seed}"], weights=[0.3, 0.7], valid_ppl=33.0 + seed,
+                    test_ppl=34.0 + seed, component_valid_ppl=[50.0, 35.0], component_test_ppl=[52.0, 36.0],
+                    iterations=9, tokens={"valid": 100, "test": 120})
+        write_combination(folder, "duo", m, [{"label": "kn n2"}, {"label": f"lstm n3 s{seed}"}], seed=seed,
+                          run=f"duo/s{seed}")
+        if not keep_run:
+            write_json(folder / "result.json", {k: v for k, v in read_json(folder / "result.json").items()
+                                                if k != "run"})
+        return str((folder / "result.json").relative_to(results))
+
+    uri = new_store(tmp_path / "seeds.db")
+    out = sync(uri, CORPUS, STUDIES, results, combinations=[write(1), write(2)])
+    combo = active_runs(uri).query("`tags.lmgrid.kind` == 'combination'")
+    assert sorted(out["combinations"]) == ["duo/s1", "duo/s2"] and len(combo) == 2
+    assert sorted(combo["metrics.test_ppl"]) == [35.0, 36.0]
+
+    uri = new_store(tmp_path / "by_name.db")
+    sync(uri, CORPUS, STUDIES, results, combinations=[write(1, keep_run=False), write(2, keep_run=False)])
+    assert len(active_runs(uri).query("`tags.lmgrid.kind` == 'combination'")) == 1
     assert sync(uri, CORPUS, STUDIES, results)["combinations"] == {}  # the workflow's list is what is synced

@@ -7,23 +7,34 @@ import re
 
 from lmgrid.testtime.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
 from lmgrid.testtime.combine.scorefile import SCORE_DIR
+from lmgrid.testtime.combine.select import compare_pairs
 from lmgrid.testtime.combine.select import label as combine_label
 from lmgrid.testtime.combine.select import resolve as resolve_combine
+from lmgrid.testtime.combine.select import run_folders
 from lmgrid.testtime.combine.select import score_dir
 from lmgrid.run.record import EVAL_SPLITS as SCORE_SPLITS
 
 try:
-    COMBINE, _combine_notes = resolve_combine(config)
-except LmgridError as _e:  # a test-time mode on a window-regime cell
+    _combine_resolved, _combine_notes = resolve_combine(config)
+    COMPARE_PAIRS = compare_pairs(config, _combine_resolved, _combine_notes)
+except LmgridError as _e:  # a test-time mode on a window-regime cell, a compare_with naming no combination
     sys.exit(f"lmgrid: error: {_e}")
 for _note in _combine_notes:
     print(f"lmgrid: {_note}", file=sys.stderr)
+# One job per run of a combination: {folder: (name, seed, components)}; the folder is <name> for a combination of one
+# run, <name>/s<seed> for each seed of one run per seed (lmgrid.testtime.combine.select).
+COMBINE_RUNS = run_folders(_combine_resolved)
+COMBINE = {run: comps for run, (_, _, comps) in COMBINE_RUNS.items()}
 COMBINE_DIR = "results/{corpus}/combine/{combo}"
 COMBINE_FILES = ("result.json", "table.csv", "table.md", "table.html")
+COMBINATIONS = "results/{corpus}/combine/combinations"
+COMPARISONS = "results/{corpus}/combine/comparisons"
 
 
 def combine_outputs(corpus):
-    return [f"{COMBINE_DIR}/{f}".format(corpus=corpus, combo=c) for c in COMBINE for f in COMBINE_FILES]
+    """Every run's files, and the paired comparisons' when the config asks for any (the combinations rule)."""
+    return ([f"{COMBINE_DIR}/{f}".format(corpus=corpus, combo=c) for c in COMBINE for f in COMBINE_FILES]
+            + ([f"{COMPARISONS.format(corpus=corpus)}.{e}" for e in ("csv", "md", "html")] if COMPARE_PAIRS else []))
 
 
 def _model_file(w):
@@ -122,8 +133,11 @@ def _combine_inputs(w):
 
 
 def _combine_args(w):
-    return " ".join("--component " + shlex.quote(f"{combine_label(key, mode)}={score_dir(w.corpus, key, mode)}")
-                    for key, mode in COMBINE[w.combo])
+    name, seed, _ = COMBINE_RUNS[w.combo]
+    return " ".join(["--component " + shlex.quote(f"{combine_label(key, mode)}={score_dir(w.corpus, key, mode)}")
+                     for key, mode in COMBINE[w.combo]]
+                    + [f"--name {shlex.quote(name)} --run {shlex.quote(w.combo)}"]
+                    + ([f"--seed {seed}"] if seed is not None else []))
 
 
 rule combine:
@@ -133,10 +147,10 @@ rule combine:
     output:
         **{f.replace(".", "_"): f"{COMBINE_DIR}/{f}" for f in COMBINE_FILES},
     wildcard_constraints:
-        combo=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+        combo=r"[A-Za-z0-9][A-Za-z0-9_.-]*(/s\d+)?",
     params:
-        components=_combine_args,
-        description=lambda w: shlex.quote(config["combine"][w.combo].get("description", "")),
+        args=_combine_args,
+        description=lambda w: shlex.quote(config["combine"][COMBINE_RUNS[w.combo][0]].get("description", "")),
         out_dir=COMBINE_DIR,
     benchmark:
         "results/{corpus}/benchmarks/combine_{combo}.tsv"
@@ -147,20 +161,45 @@ rule combine:
     message:
         brief("{wildcards.corpus}: combination {wildcards.combo} (linear, EM on valid)")
     shell:
-        "lmgrid combine --name {wildcards.combo} {params.components} --description {params.description} "
+        "lmgrid combine {params.args} --description {params.description} "
         "--out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
 
 
-# Every combination in one table, for the report (category Combinations).
+# Every combination in one table, for the report (category Combinations), and the paired bootstraps of the config's
+# compare_with pairs (lmgrid.testtime.combine.compare): they read the members' component score files (each run's
+# mixture is rebuilt from them), the test split's sentences and the vocabulary (the targets' checksum).
+def _compare_inputs(w):
+    if not COMPARE_PAIRS:
+        return {}
+    runs = [c for c, (name, _, _) in COMBINE_RUNS.items() if any(name in pair for pair in COMPARE_PAIRS)]
+    return {"scores": sorted({f"{score_dir(w.corpus, key, mode)}/test.{e}" for c in runs for key, mode in COMBINE[c]
+                              for e in ("npy", "json")}),
+            "test": f"results/{w.corpus}/corpus/test.txt", "vocab": f"results/{w.corpus}/vocab.json"}
+
+
+def _compare_args(w, input, output):
+    if not COMPARE_PAIRS:
+        return ""
+    return (" ".join(f"--pair {shlex.quote(a)}={shlex.quote(b)}" for a, b in COMPARE_PAIRS)
+            + f" --test {input.test} --vocab {input.vocab} --compare-csv {output.compare_csv} "
+              f"--compare-md {output.compare_md} --compare-html {output.compare_html}")
+
+
 rule combinations:
     localrule: local("combine")
     input:
-        lambda w: [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c in COMBINE],
+        unpack(_compare_inputs),
+        results=lambda w: [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c in COMBINE],
     output:
-        csv="results/{corpus}/combine/combinations.csv",
-        md="results/{corpus}/combine/combinations.md",
-        html=report("results/{corpus}/combine/combinations.html", caption="../report/combinations.rst",
-                    category="Combinations"),
+        csv=f"{COMBINATIONS}.csv",
+        md=f"{COMBINATIONS}.md",
+        html=report(f"{COMBINATIONS}.html", caption="../report/combinations.rst", category="Combinations"),
+        by_seed=f"{COMBINATIONS}_by_seed.csv",
+        **({"compare_csv": f"{COMPARISONS}.csv", "compare_md": f"{COMPARISONS}.md",
+            "compare_html": report(f"{COMPARISONS}.html", caption="../report/comparisons.rst",
+                                   category="Combinations")} if COMPARE_PAIRS else {}),
+    params:
+        compare=_compare_args,
     benchmark:
         "results/{corpus}/benchmarks/combinations.tsv"
     log:
@@ -170,4 +209,5 @@ rule combinations:
     message:
         brief("{wildcards.corpus}: every combination -> {output.md}")
     shell:
-        "lmgrid combinations --results {input} --csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
+        "lmgrid combinations --results {input.results} --csv {output.csv} --md {output.md} --html {output.html} "
+        "--by-seed-csv {output.by_seed} {params.compare} > {log} 2>&1"

@@ -12,9 +12,9 @@ metrics.json (its hparams; `output_layer` is `full` where a run does not record 
 * `no`: a stated key differs in every one of our runs (the row shows them, for what they are, with no verdict);
 * `setting unknown`: no setting, or one without a key `yes` needs (the course slides state none).
 
-Per row: our test PPL as mean and std over the runs' seeds, the 95% t interval of the mean (df = seeds - 1; an
-n-gram is deterministic, so its interval is its value) and, for a comparable row only, a verdict that needs the
-whole interval on one side.  The published figure is read at its printed precision (141.2 stands for
+Per row: our test PPL as mean and std over the runs' seeds (a combination row: over its runs, one per seed), the
+95% t interval of the mean (df = seeds - 1; an n-gram is deterministic, so its interval is its value) and, for a
+comparable row only, a verdict that needs the whole interval on one side.  The published figure is read at its printed precision (141.2 stands for
 [141.15, 141.25]): `beats` (interval below it), `behind` (above), `no difference shown` (overlapping).  A row
 with `tolerance` (a reproduction, e.g. 0.03) asks for the interval inside published x (1 +- tolerance):
 `within +-3%`, `outside +-3%`, `undecided`.  One seed of a neural model gives no interval and no claim.
@@ -117,24 +117,32 @@ def _values(hits: list[dict], key: str):
     return None if not vals else vals[0] if len(vals) == 1 else " ".join(map(str, vals))
 
 
-def _combination_row(row: dict, ref: dict, setting: dict, result: dict | None, by_dir: dict) -> dict:
-    """A `combine:` row: the combination's test PPL (one fitted mixture: no interval), our setting that of its
-    neural components, comparable as a run row is, on those components."""
-    if result is None:
+def _combination_row(row: dict, ref: dict, setting: dict, results: list[dict], by_dir: dict) -> dict:
+    """A `combine:` row: the combination's test PPL over its runs (one per seed, component i from seed s), as mean
+    and std with the 95% t interval of the mean, and a verdict from that interval as for a model row (one run: no
+    interval, no verdict); our setting that of its neural components, comparable as a run row is, on those."""
+    if not results:
         return {**row, "ours": NOT_RUN, "comparable": ""}
-    comps = [by_dir[c["run_dir"]] for c in result["components"] if c["run_dir"] in by_dir]
+    comps = [by_dir[c["run_dir"]] for r in results for c in r["components"] if c["run_dir"] in by_dir]
     neural = [m for m in comps if m["arch"] not in NGRAM_ARCHS] or comps
     same = [m for m in neural if _same(m, setting)] if setting else []
     comparable = NO if setting and not same else YES if all(k in setting for k in NEEDED["neural"]) else UNKNOWN
     first = neural[0] if neural else {}
-    test = result["test_ppl"]
-    return {**row, "comparable": comparable, "ours": f"combination {result['name']} ({len(result['labels'])} models)",
-            "seeds": 1, "test_ppl_mean": test, "test_ppl_std": math.nan, "ci95_low": math.nan, "ci95_high": math.nan,
-            "verdict": verdict(comparable, math.nan, math.nan, test, ref["published_test_ppl"], ref.get("tolerance")),
-            "difference": test - ref["published_test_ppl"], "valid_ppl_mean": result["valid_ppl"],
-            "params": sum(m.get("params") or 0 for m in comps),
+    test = pd.Series([r["test_ppl"] for r in results], dtype=float)
+    mean = test.mean()
+    low, high = t_interval(test)
+    # Size and training time of one run's models (each run holds the same models at another seed).
+    run_models = [[by_dir[c["run_dir"]] for c in r["components"] if c["run_dir"] in by_dir] for r in results]
+    return {**row, "comparable": comparable,
+            "ours": f"combination {results[0]['name']} ({len(results[0]['labels'])} models)",
+            "seeds": len(results), "test_ppl_mean": mean, "test_ppl_std": test.std() if len(results) > 1 else math.nan,
+            "ci95_low": low, "ci95_high": high,
+            "verdict": verdict(comparable, low, high, mean, ref["published_test_ppl"], ref.get("tolerance")),
+            "difference": mean - ref["published_test_ppl"],
+            "valid_ppl_mean": sum(r["valid_ppl"] for r in results) / len(results),
+            "params": sum(m.get("params") or 0 for m in run_models[0]),
             "stopped_because": " ".join(sorted({str(m["stopped_because"]) for m in comps if m.get("stopped_because")})),
-            "train_wall_s": sum(m.get("wall_s", 0.0) for m in comps),
+            "train_wall_s": sum(sum(m.get("wall_s", 0.0) for m in ms) for ms in run_models) / len(run_models),
             "hardware": ", ".join(str(first[k]) for k in ("device", "precision") if first.get(k)) or "cpu",
             **{f"ours_{k}": _values(neural, k) for k in SETTING_KEYS}}
 
@@ -153,7 +161,9 @@ def reference_table(rows: list[dict], metrics_paths: list[str], combination_path
     reset = {id(m): reset_by_dir[Path(p).parent.resolve()] for p, m in zip(metrics_paths, runs)
              if Path(p).parent.resolve() in reset_by_dir}
     by_dir = {str(Path(p).parent): m for p, m in zip(metrics_paths, runs)}
-    combos = {r["name"]: r for r in (read_json(p) for p in combination_paths)}
+    combos: dict[str, list[dict]] = {}  # a combination's runs, one per seed (lmgrid.testtime.combine.select)
+    for r in (read_json(p) for p in combination_paths):
+        combos.setdefault(r["name"], []).append(r)
     out = []
     for i, ref in enumerate(rows):
         if ref.get("combine") is not None:
@@ -162,7 +172,7 @@ def reference_table(rows: list[dict], metrics_paths: list[str], combination_path
             setting = published_setting(ref, i)
             row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"],
                    **{f"published_{k}": setting.get(k) for k in SETTING_KEYS}}
-            out.append(_combination_row(row, ref, setting, combos.get(ref["combine"]), by_dir))
+            out.append(_combination_row(row, ref, setting, combos.get(ref["combine"], []), by_dir))
             continue
         want = ref.get("runs") or {}
         unknown = sorted(set(want) - set(MATCH_KEYS))
@@ -253,8 +263,10 @@ CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â
            "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here. "
            "Ours (reset): stream models' mean test perplexity with the state reset at every sentence start (each "
            "sentence scored alone, as window models are); no verdict is drawn on it. "
-           "A combination row (lmgrid.testtime.combine) holds one mixture, fitted on valid: no interval; its setting columns "
-           "are its neural components', its wall time their training's sum.")
+           "A combination row (lmgrid.testtime.combine) holds its mixture's runs, one per seed (component i from "
+           "seed s), as mean Â± std with the t interval and a verdict as for a model (one run: no interval, no "
+           "verdict); its valid PPL is in-sample (settings and weights fitted on valid); its setting columns are its "
+           "neural components', its wall time their training's sum for one seed.")
 
 
 def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str, tex_out: str, html_out: str,

@@ -83,7 +83,7 @@ def _per_job_files(rule: str, wildcards: dict) -> tuple[str, str] | None:
         return beside_runs("benchmarks/reset_scores", ".tsv").format(**wildcards), r"benchmarks/reset_scores/.*\.tsv$"
     if rule == "combine" and "combo" in wildcards:
         own = f"results/{wildcards['corpus']}/benchmarks/combine_{wildcards['combo']}.tsv"
-        return own, r"benchmarks/combine_[^/]+\.tsv$"
+        return own, r"benchmarks/combine_[^/]+(/s\d+)?\.tsv$"  # a combination run per seed: combine_<name>/s<seed>
     return None
 
 

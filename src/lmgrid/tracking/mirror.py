@@ -443,7 +443,7 @@ class Syncer:
         result = read_json(path)
         files = sorted(p for p in path.parent.iterdir() if p.is_file() and not p.name.startswith("."))
         digest = _sha(files)
-        name = result["name"]
+        name = result.get("run") or result["name"]  # a combination run per seed: one MLflow run each (<name>/s<seed>)
         run, fresh = self._start(f"combination:{name}", digest, f"combination: {name}", {TAG_KIND: "combination"})
         if not fresh:
             return run.info.run_id
@@ -511,6 +511,7 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
     for name, study in studies.items():
         study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
         study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
-    combination_ids = {read_json(root / p)["name"]: syncer.sync_combination(root / p) for p in combinations}
+    combination_ids = {(lambda r: r.get("run") or r["name"])(read_json(root / p)): syncer.sync_combination(root / p)
+                       for p in combinations}
     return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
             **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}

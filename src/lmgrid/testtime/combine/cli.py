@@ -1,4 +1,5 @@
-"""`lmgrid token-scores` (one cell, one mode: rule token_scores) and `lmgrid combine` (one combination: rule combine)."""
+"""`lmgrid token-scores` (one cell, one mode: rule token_scores), `lmgrid combine` (one run of a combination: rule
+combine), `lmgrid combinations` (every combination in one table, and the paired bootstraps of compare.py)."""
 from __future__ import annotations
 
 
@@ -35,15 +36,28 @@ def cmd_combine(a) -> None:
         if record is not None:
             c["adapt"] = {k: record[k] for k in ("method", "settings", "valid_ppl", "test_ppl", "base_valid_ppl",
                                                  "base_test_ppl", "grid", "tune_s", "test_s") if k in record}
-    table.write(a.out_dir, a.name, m, components, a.description)
+    table.write(a.out_dir, a.name, m, components, a.description, seed=a.seed, run=a.run or a.name)
     weights = ", ".join(f"{label} {w:.3f}" for label, w in zip(labels, m.weights))
     print(f"{a.name}: valid PPL {m.valid_ppl:.3f}, test PPL {m.test_ppl:.3f}; weights {weights}", flush=True)
 
 
 def cmd_combinations(a) -> None:
+    from lmgrid.common.errors import LmgridError
     from lmgrid.testtime.combine.table import summary
 
-    summary(a.results, a.csv, a.md, a.html)
+    summary(a.results, a.csv, a.md, a.html, a.by_seed_csv)
+    if not a.pair:
+        return
+    missing = [o for o in ("test", "vocab", "compare_csv", "compare_md", "compare_html") if not getattr(a, o)]
+    if missing:
+        raise LmgridError(f"combinations --pair: give --{missing[0].replace('_', '-')} too")
+    from lmgrid.testtime.combine.compare import RESAMPLES, run
+
+    table = run(a.pair, a.results, a.test, a.vocab, a.compare_csv, a.compare_md, a.compare_html,
+                a.resamples or RESAMPLES)
+    for r in table.itertuples():
+        print(f"{r.combination} - {r.compare_with} (seed {r.seed}): test PPL difference {r.difference:+.3f}, "
+              f"95% bootstrap CI [{r.ci95_low:+.3f}, {r.ci95_high:+.3f}]", flush=True)
 
 
 def _component(text: str) -> tuple[str, str]:
@@ -53,6 +67,15 @@ def _component(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected LABEL=SCORE_DIR, got {text!r}")
     label, folder = text.rsplit("=", 1)
     return label, folder
+
+
+def _pair(text: str) -> tuple[str, str]:
+    import argparse
+
+    if text.count("=") != 1 or not all(text.split("=")):
+        raise argparse.ArgumentTypeError(f"expected NAME=COMPARE_WITH, got {text!r}")
+    name, other = text.split("=")
+    return name, other
 
 
 def register(sub) -> None:
@@ -75,6 +98,10 @@ def register(sub) -> None:
     s.add_argument("--component", type=_component, action="append", required=True, metavar="LABEL=SCORE_DIR",
                    help="a component: its label and its score folder (repeat)")
     s.add_argument("--description", default="", help="a line for the table's caption")
+    s.add_argument("--seed", type=int, default=None, help="the seed its components that pin none were taken from "
+                                                           "(absent: a combination of one run)")
+    s.add_argument("--run", default="", help="the run's folder name under combine/ (<name> or <name>/s<seed>; "
+                                             "default: the name), its MLflow run")
     s.add_argument("--out-dir", required=True, help="output folder: result.json, table.{csv,md,html}")
     s.set_defaults(func=cmd_combine)
 
@@ -82,4 +109,16 @@ def register(sub) -> None:
     s.add_argument("--results", nargs="*", default=[], help="the combinations' result.json files")
     for ext in ("csv", "md", "html"):
         s.add_argument(f"--{ext}", required=True, help=f"output: the table as {ext.upper()}")
+    s.add_argument("--by-seed-csv", default="", help="output: one row per run (combination and seed), CSV")
+    # The paired bootstraps (compare.py) ride on this command: they read the same result files.
+    s.add_argument("--pair", type=_pair, action="append", default=[], metavar="NAME=COMPARE_WITH",
+                   help="a combination and the one it is compared with by a paired bootstrap over test sentences "
+                        "(repeat; needs --test, --vocab and the --compare-* outputs)")
+    s.add_argument("--test", default="", help="the test split (its sentence boundaries), with --pair")
+    s.add_argument("--vocab", default="", help="vocab.json (the targets' checksum against the score files), "
+                                               "with --pair")
+    s.add_argument("--resamples", type=int, default=0, help="bootstrap resamples (0: compare.RESAMPLES)")
+    for ext in ("csv", "md", "html"):
+        s.add_argument(f"--compare-{ext}", default="", help=f"output, with --pair: the comparisons as {ext.upper()}")
     s.set_defaults(func=cmd_combinations)
+
