@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow
+.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -43,7 +43,7 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
-	$(PY) -m lmgrid.analysis.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
+	$(PY) -m lmgrid.orchestration.report_run $(SMK) --cores 1 $(SMKCFG) --report results/report_workflow.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)
@@ -80,9 +80,10 @@ test-full: $(TSTAMP)
 	$(call timed_pytest,make test-full: every test,)
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
-## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)
+## fails on a console error, a page error, an image that does not decode, a first screen without the whole summary
+## table, a PDF of more than one page (tests/test_workflow.py -k report, tests/test_report_page.py)
 report-check: $(TSTAMP) browser
-	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py tests/test_report_page.py -k report
 
 ## Chromium for the report's browser check, from the Debian packages when missing (as root; the package lists
 ## are fetched first where a fresh machine has none)
@@ -98,15 +99,23 @@ test-avx2: $(TSTAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
 		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
 
-## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT)
+## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT);
+## first prints the address that opens each experiment on its training runs, valid and test PPL shown, sorted by
+## valid PPL (MLflow's UI opens on its GenAI view otherwise; docs/results.md, "MLflow")
 MLFLOW_PORT ?= 5000
 mlflow: $(STAMP)
 	@test -f results/mlflow.db || { echo "make mlflow: no results/mlflow.db yet: run make run first"; exit 2; }
+	@$(PY) -m lmgrid.tracking.view --tracking-uri sqlite:///results/mlflow.db --base http://127.0.0.1:$(MLFLOW_PORT)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts \
 		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 lint: $(STAMP)
 	$(SMK) --lint
+
+## README.md's and docs/'s marked tables and figures rewritten from their snapshots (docs/results/<name>/; after a run:
+## $(PY) -m lmgrid docs --from results/<corpus> --snapshot docs/results/<name> first). The fast tier checks them
+docs: $(STAMP)
+	$(PY) -m lmgrid docs --render
 
 clean:
 	rm -rf results .snakemake

@@ -15,15 +15,28 @@ from lmgrid.bench import archs
 
 def test_archs_bench_reports_every_architecture(capsys):
     """`python -m lmgrid.bench archs` prints a row per architecture and output layer, each with finite positive
-    tokens/s (no speed is asserted: that is the benchmark's to print).  Kills: an architecture or the adaptive
-    layer left out of the table, or a column that is 0 or nan (a timer never started)."""
+    tokens/s (no speed is asserted: that is the benchmark's to print), and a row per timed precision and phase in
+    its FLOPs table.  bf16 is `skipped` exactly where the CPU has no native bf16.  Kills: an architecture or the
+    adaptive layer left out of the table, or a column that is 0 or nan (a timer never started)."""
+    from lmgrid.neural.precision import native_cpu_bf16
+
     assert archs.main(["--vocab", "50", "--width", "8", "--steps", "1", "--warmup", "1", "--threads", "1"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+    out = capsys.readouterr().out
+    speed_table, flops_table = out.split("\n\n")[1:3]
+    rows = [line for line in speed_table.splitlines() if line.startswith("| ") and "---" not in line]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
     assert [(c[0], c[1]) for c in cells] == [(m, o) for m in archs.MODELS for o in ("full", "adaptive")]
+    bf16 = bool(native_cpu_bf16())
     for row in cells:
-        speeds = [float(c.replace(",", "")) for c in row[3:7] + (row[8:12] if row[1] == "adaptive" else [])]
+        figures = row[3:7] + (row[8:12] if row[1] == "adaptive" else [])
+        assert (figures.count("skipped") == 0) if bf16 else (figures.count("skipped") == len(figures) // 2), row
+        speeds = [float(c.replace(",", "")) for c in figures if c != "skipped"]
         assert all(s > 0 and math.isfinite(s) for s in speeds), row
+    flops_rows = [line for line in flops_table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(flops_rows) == len(cells) * (4 if bf16 else 2)
+    for row in flops_rows:
+        c = [x.strip() for x in row.strip("|").split("|")]
+        assert float(c[5]) > 0 and float(c[6]) >= 0 and (c[7] == "n/a" or float(c[7]) >= 0), row
 
 
 def test_plain_script_trains_and_scores(tmp_path):

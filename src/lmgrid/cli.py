@@ -15,7 +15,7 @@ from lmgrid import __version__
 from lmgrid.common.errors import LmgridError
 
 # What `lmgrid --help` lists first: the commands a user runs.  Every other command is one a rule runs.
-USER_COMMANDS = ("status", "plan", "score", "generate", "embed")
+USER_COMMANDS = ("status", "plan", "score", "generate", "embed", "docs")
 GROUPS_HELP = """\
 The whole grid runs through Snakemake: `make run` (or `snakemake --cores N`); see README.md.
 

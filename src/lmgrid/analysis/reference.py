@@ -3,8 +3,9 @@
 A config's `reference:` list (a PTB preset's) names each published figure, which of our runs may stand beside it
 (`runs: {arch, impl, n_step, layers, regime}`, any subset) and, as far as the source states it, the published
 `setting`: hidden_dim, layers, dropout, tie_weights, bptt, epochs and output_layer (full, adaptive, class), or for
-an n-gram its smoothing (our n-gram arch names: mkn, kn, katz, addk).  Our setting is read from each run's
-metrics.json (its hparams; `output_layer` is `full` where a run does not record one).
+an n-gram its smoothing (our n-gram arch names: mkn, kn, katz, addk).  A row's `published_params`, where the
+source states the published model's parameter count, is shown beside our `params` and never matched on.  Our
+setting is read from each run's metrics.json (its hparams; `output_layer` is `full` where a run does not record one).
 
 `comparable`:
 * `yes`: the setting states the model's size, dropout, tying and output layer (an n-gram's: its smoothing), and
@@ -48,8 +49,7 @@ NOT_RUN = "not run here"
 YES, NO, UNKNOWN = "yes", "no", "setting unknown"
 COLUMNS = ["model", "published_test_ppl", "source", "comparable", "ours", "seeds", "test_ppl_mean", "test_ppl_std",
            "ci95_low", "ci95_high", "test_ppl_reset_mean", "verdict", "difference", "valid_ppl_mean", "params",
-           "stopped_because",
-           "train_wall_s", "hardware", *(f"ours_{k}" for k in SETTING_KEYS), *(f"published_{k}" for k in SETTING_KEYS)]
+           "published_params", "stopped_because", "train_wall_s", "hardware", *(f"ours_{k}" for k in SETTING_KEYS), *(f"published_{k}" for k in SETTING_KEYS)]
 
 
 def _matches(metrics: dict, want: dict) -> bool:
@@ -171,6 +171,7 @@ def reference_table(rows: list[dict], metrics_paths: list[str], combination_path
                 raise LmgridError(f"reference[{i}]: give runs or combine, not both")
             setting = published_setting(ref, i)
             row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"],
+                   "published_params": ref.get("published_params"),
                    **{f"published_{k}": setting.get(k) for k in SETTING_KEYS}}
             out.append(_combination_row(row, ref, setting, combos.get(ref["combine"], []), by_dir))
             continue
@@ -181,6 +182,7 @@ def reference_table(rows: list[dict], metrics_paths: list[str], combination_path
         setting = published_setting(ref, i)
         candidates = [m for m in runs if want and _matches(m, want)]
         row = {"model": ref["model"], "published_test_ppl": ref["published_test_ppl"], "source": ref["source"],
+               "published_params": ref.get("published_params"),
                **{f"published_{k}": setting.get(k) for k in SETTING_KEYS}}
         if not candidates:
             out.append({**row, "ours": NOT_RUN, "comparable": ""})

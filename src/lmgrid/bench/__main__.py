@@ -13,6 +13,7 @@ BENCHMARKS = {
     "cores": "lmgrid.bench.cores",
     "allocator": "lmgrid.bench.allocator",
     "eta": "lmgrid.bench.eta",
+    "flops": "lmgrid.bench.flops",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
