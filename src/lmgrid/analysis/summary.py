@@ -131,7 +131,9 @@ RESET_HEAD = PPL_HEADS["test_ppl_reset"]
 def headline(table: pd.DataFrame) -> pd.DataFrame:
     """Each model's best cell, chosen on valid: the configuration with the lowest valid PPL averaged over its seeds
     (the first in the table's order on a tie), shown with that cell's mean valid and test PPL; test never takes part
-    in the choice.  In the fixed model order, the oracle last (display names, PPL to 2 decimals)."""
+    in the choice.  In the fixed model order, the oracle last (display names, PPL to 2 decimals).  A best cell of the
+    stream regime also shows its mean reset test PPL (RESET_HEAD, a mean only when every seed has one); the column is
+    left out when no best cell has one."""
     from lmgrid.analysis import names
 
     t = _ordered(table)
@@ -155,14 +157,16 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
             seeds = str(int(r.seeds))
         rows.append({"Model": model, BEST_CELL: cell, "Seeds": seeds, "Valid PPL": f"{r.valid_ppl:,.2f}",
                      "Test PPL": f"{r.test_ppl:,.2f}", RESET_HEAD: _ppl_or_blank(pd.Series([r.test_ppl_reset]))[0]})
-    return pd.DataFrame(rows, columns=["Model", BEST_CELL, "Seeds", "Valid PPL", "Test PPL", RESET_HEAD])
+    top = pd.DataFrame(rows, columns=["Model", BEST_CELL, "Seeds", "Valid PPL", "Test PPL", RESET_HEAD])
+    # Only where a best cell has a reset figure (a stream cell): a grid without one keeps the table it always had.
+    return top if (top[RESET_HEAD] != "").any() else top.drop(columns=RESET_HEAD)
 
 
 def headline_text(csv_path: str) -> str:
     """The headline table of a summary.csv as plain text for the terminal (the end of `make run`)."""
     table = pd.read_csv(csv_path)
-    return headline(table).to_markdown(index=False, disable_numparse=True,
-                                       colalign=["left", "left", "right", "right", "right", "right"])
+    top = headline(table)
+    return top.to_markdown(index=False, disable_numparse=True, colalign=["left", "left"] + ["right"] * (top.shape[1] - 2))
 
 
 def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_path: str | None,
