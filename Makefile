@@ -14,26 +14,34 @@ SET     ?=
 export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-# The terminal of `make run` is compact (profiles/default: one line per job, the training results, the progress);
-# VERBOSE=1 shows Snakemake's full job blocks with their reasons and shell commands.
+# The terminal of `make run` is one screen: lmgrid's logger plugin (lmgrid.orchestration.terminal) redraws jobs
+# done / running / pending, each training job's epoch and valid PPL, and the results table; in a pipe or a CI log
+# one line per finished job and the table. VERBOSE=1 shows Snakemake's full job blocks with their reasons and shell
+# commands instead (no plugin).
 VERBOSE ?=
 export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
-SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
+SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds,--logger lmgrid)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
 .PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
+# pip's output (its warnings ran to 159 lines) goes to $(PIPLOG) and is shown only when an install fails.
+PIPLOG  := $(VENV)/pip-install.log
+PIP     = @$(PY) -m pip install --disable-pip-version-check $(1) >> $(PIPLOG) 2>&1 \
+	|| { cat $(PIPLOG); echo "pip install $(1) failed; its output above and in $(PIPLOG)"; exit 1; }
+
 $(STAMP): pyproject.toml requirements.lock
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	touch $(STAMP)
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@: > $(PIPLOG)
+	$(call PIP,-r requirements.lock)
+	$(call PIP,--no-deps -e .)
+	@touch $(STAMP)
 
 $(TSTAMP): $(STAMP) requirements-test.lock
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.lock
-	touch $(TSTAMP)
+	$(call PIP,-r requirements-test.lock)
+	@touch $(TSTAMP)
 
 setup: $(STAMP)
 

@@ -72,7 +72,8 @@ rule token_scores:
               "{wildcards.regime} s{wildcards.seed} ({wildcards.mode})")
     shell:
         "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
-        "--vocab {input.vocab} --mode {wildcards.mode} --out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
+        "--vocab {input.vocab} --mode {wildcards.mode} --out-dir {params.out_dir} "
+        "> {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"
 
 
 # A stream cell scored with a test-time mode (lmgrid.testtime.combine.adapted): settings chosen on valid from the config's
@@ -123,7 +124,7 @@ rule adapt_scores:
     shell:
         "lmgrid token-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
         "--vocab {input.vocab} --mode {wildcards.mode} --grid {params.grid} {params.train_arg} --out-dir {params.out_dir} "
-        "> {log} 2>&1 && tail -n 1 {log}"
+        "> {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"
 
 
 def _combine_inputs(w):
@@ -162,7 +163,8 @@ rule combine:
         brief("{wildcards.corpus}: combination {wildcards.combo} (linear, EM on valid)")
     shell:
         "lmgrid combine {params.args} --description {params.description} "
-        "--out-dir {params.out_dir} > {log} 2>&1 && tail -n 1 {log}"
+        "--out-dir {params.out_dir} "
+        "> {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"
 
 
 # Every combination in one table, for the report (category Combinations), and the paired bootstraps of the config's

@@ -65,4 +65,5 @@ rule ngram:
         "lmgrid ngram --counts {input.counts} --vocab {input.vocab} --valid {input.valid} --test {input.test} "
         "--arch {wildcards.arch} --order {wildcards.n_step} --arpa {output.arpa} --metrics {output.metrics} "
         "{params.method} --memory-mb {resources.ngram_memory_mb} "
-        "--write-arpa {params.write_arpa} > {log} 2>&1 && tail -n 1 {log}"  # the result line to the terminal too
+        # the result line to the terminal too (LMGRID_RESULT_LINES=0: lmgrid's logger plugin shows it itself)
+        "--write-arpa {params.write_arpa} > {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"

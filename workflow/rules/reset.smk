@@ -41,4 +41,4 @@ rule reset_scores:
               "state reset at every sentence")
     shell:
         "lmgrid reset-scores --run-dir {params.run_dir} --valid {input.valid} --test {input.test} "
-        "--vocab {input.vocab} --out {output} > {log} 2>&1 && tail -n 1 {log}"
+        "--vocab {input.vocab} --out {output} > {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"

@@ -47,8 +47,10 @@ rule train:
     shell:
         # The run's one result line (cell, valid and test PPL, epochs, wall) to the terminal as well.  The command
         # names no setting, so a setting added to the schema later leaves it, and Snakemake's code trigger, alone.
+        # `make run`'s terminal (lmgrid.orchestration.terminal) sets LMGRID_RESULT_LINES=0 and shows the line itself.
         # The trailing comment only shows where the job trains in a dry run's commands (`-p`; the spec holds it).
-        f"lmgrid train --spec {SPEC_FILE} --threads {{threads}} > {{log}} 2>&1 && tail -n 1 {{log}}"
+        f"lmgrid train --spec {SPEC_FILE} --threads {{threads}} > {{log}} 2>&1 "
+        "&& tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"
         " # {params.placement:q}"
 
 
