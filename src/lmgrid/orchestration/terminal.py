@@ -107,9 +107,11 @@ def _ppl(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def results_table(rows: list[Result]) -> list[str]:
-    """The results as aligned text lines, a header first; sorted by valid PPL (unreadable cells last)."""
-    rows = sorted(rows, key=lambda r: (r.valid_ppl is None, r.valid_ppl or 0.0, r.cell))
+def results_table(rows: list[Result], by_ppl: bool = True) -> list[str]:
+    """The results as aligned text lines, a header first; sorted by valid PPL (unreadable cells last), or as they
+    finished (by_ppl=False: the live view, whose newest rows are its last)."""
+    if by_ppl:
+        rows = sorted(rows, key=lambda r: (r.valid_ppl is None, r.valid_ppl or 0.0, r.cell))
     width = max([len("cell")] + [len(r.cell) for r in rows])
     lines = [f"{'cell':<{width}}  {'valid PPL':>10}  {'test PPL':>10}"]
     lines += [f"{r.cell:<{width}}  {_ppl(r.valid_ppl):>10}  {_ppl(r.test_ppl):>10}" for r in rows]
@@ -167,7 +169,7 @@ class Board:
         head = [self.counts()]
         running = [f"  {self.jobs[j].message}" + (f"  [{d}]" if (d := training_detail(self.jobs[j])) else "")
                    for j in self.running]
-        table = results_table(self.results) if self.results else []
+        table = results_table(self.results, by_ppl=False) if self.results else []
         room = max(height - 1, 1)  # the cursor's own line below the block
         # Running jobs first (at most half the room when there are results), the newest results in the rest.
         run_room = min(len(running), room - 1 if not table else max(room // 2, 1) - 1)
