@@ -13,7 +13,7 @@ import pytest
 from snakemake_interface_logger_plugins.common import LogEvent
 
 from lmgrid.orchestration import terminal
-from lmgrid.orchestration.terminal import Board, LogHandler
+from lmgrid.orchestration.terminal import Board, LogHandler, results_table
 
 SETTINGS = SimpleNamespace(stdout=False, dryrun=False, quiet=None, printshellcmds=False, nocolor=True,
                            debug_dag=False, verbose=False, show_failed_logs=True)
@@ -170,10 +170,10 @@ def test_tty_view_shows_a_training_jobs_epoch_and_valid_ppl(monkeypatch, tmp_pat
     h.emit(job_info(4, "train_gated", "tiny: train lstm/torch n5 l1 window s1", wildcards, [], "lmgrid train"))
     assert "  tiny: train lstm/torch n5 l1 window s1  [epoch 3/40, valid PPL 19.20]" in last_screen(out.getvalue())
     progress.write_text('{"epoch": 4, "max_epochs": 40, "valid_ppl": 18.75}')
-    h._draw()  # what the handler's ticker does every REDRAW_S seconds
+    h.redraw()  # what the handler's ticker does every REDRAW_S seconds
     assert "  tiny: train lstm/torch n5 l1 window s1  [epoch 4/40, valid PPL 18.75]" in last_screen(out.getvalue())
     progress.unlink()
-    h._draw()
+    h.redraw()
     assert not any("epoch" in line for line in last_screen(out.getvalue()))
 
 
@@ -208,3 +208,27 @@ def test_make_setup_prints_pip_only_when_it_fails(tmp_path):
     failed = make(1)
     shown = failed.stdout + failed.stderr
     assert failed.returncode != 0 and all(f"pip noise {i}\n" in shown for i in range(40)) and "pip-install.log" in shown
+
+
+def test_tty_view_ends_when_the_last_job_does(monkeypatch, tmp_path):
+    """When the last job is counted the live block gives way to the summary line and the whole results table, and
+    the ticker draws nothing after it: the Snakefile's onsuccess handler prints the headline table next, on the
+    same terminal, and a redraw would move the cursor up over it and clear it.  Kills: the live block kept up to
+    the handler's close (the negative control: the ticker's step then writes over what came after)."""
+    monkeypatch.chdir(tmp_path)
+
+    def after_the_run(final: bool) -> tuple[LogHandler, str, str]:
+        h, out = handler(monkeypatch, tty=True)
+        h.close = lambda: None  # the run is over, Snakemake has not closed the handler yet: onsuccess runs now
+        if not final:
+            h._final = lambda: None
+        run_grid(h, tmp_path, jobs=3)
+        ended = out.getvalue()
+        h.redraw()
+        return h, ended, out.getvalue()
+
+    h, ended, later = after_the_run(final=True)
+    assert ended.endswith("\n".join(results_table(h.board.results)) + "\n"), ended[-300:]
+    assert later == ended
+    h, ended, later = after_the_run(final=False)
+    assert later != ended

@@ -231,7 +231,7 @@ class LogHandler(LogHandlerBase):
             self.drawn = 0
         for line in lines:
             self.stream.write(line + "\n")
-        if self.tty:
+        if self.tty and not self.closed:
             self._draw()
         self.stream.flush()
 
@@ -246,9 +246,13 @@ class LogHandler(LogHandlerBase):
     def _tick(self) -> None:
         while not self.closed:
             time.sleep(REDRAW_S)
-            with self.screen_lock:
-                if not self.closed and self.drawn:
-                    self._draw()
+            self.redraw()
+
+    def redraw(self) -> None:
+        """The ticker's step: the live block again (running epochs move on between records), until the run ends."""
+        with self.screen_lock:
+            if not self.closed and self.drawn:
+                self._draw()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -262,7 +266,7 @@ class LogHandler(LogHandlerBase):
         dry = getattr(self.common_settings, "dryrun", False)
         if event == LogEvent.JOB_INFO and not dry:
             self.board.start(record)
-            if self.tty:
+            if self.tty and not self.closed:
                 self._draw()
         elif event == LogEvent.JOB_FINISHED:
             job, line = self.board.finish(record.job_id)
@@ -270,7 +274,9 @@ class LogHandler(LogHandlerBase):
             self._write([] if self.tty else [f"[{self.board.done}/{self.board.total}] {line}"])
         elif event == LogEvent.PROGRESS:
             self.board.done, self.board.total = record.done, record.total
-            if self.tty:
+            if self.board.done >= self.board.total:
+                self._final()  # now, before the Snakefile's onsuccess prints its headline below
+            elif self.tty:
                 self._draw()
         elif event in (LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR):
             if event == LogEvent.JOB_ERROR and record.jobid in self.board.running:
@@ -291,16 +297,22 @@ class LogHandler(LogHandlerBase):
                 return int(words[1])
         return 0
 
+    def _final(self) -> None:
+        """The live block replaced, once, by the summary line and the whole results table; no redraw after it,
+        which would erase what the Snakefile's onsuccess handler prints next."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.tty and self.drawn:
+            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
+            self.drawn = 0
+        if self.board.total or self.board.results:
+            self.stream.write(self.board.counts().replace(", 0 running, 0 pending", "") + "\n")
+        if self.board.results:
+            self.stream.write("\n".join(results_table(self.board.results)) + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         with self.screen_lock:
-            if not self.closed:
-                self.closed = True
-                if self.tty and self.drawn:
-                    self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
-                    self.drawn = 0
-                if self.board.total or self.board.results:
-                    self.stream.write(self.board.counts().replace(", 0 running, 0 pending", "") + "\n")
-                if self.board.results:
-                    self.stream.write("\n".join(results_table(self.board.results)) + "\n")
-                self.stream.flush()
+            self._final()  # a run that failed or was stopped ends here
         super().close()
