@@ -120,7 +120,8 @@ def seed_spread(rows: pd.DataFrame, values: pd.Series) -> tuple[pd.Series, pd.Se
     """(mean, sample std, seeds) of `values` over the rows of one cell (CELL_COLUMNS equal, seeds differing), each
     row given its cell's figures; std NaN for a cell of one seed."""
     # A baseline's arch is its kind ("ppmi-svd") and its embedding "-": one per dimension, a cell of its own.
-    keys = rows[[c for c in CELL_COLUMNS if c in rows.columns]].astype(str).agg("|".join, axis=1)
+    ids = rows[[c for c in CELL_COLUMNS if c in rows.columns]]
+    keys = pd.Series(["|".join(map(str, r)) for r in ids.itertuples(index=False)], index=rows.index)
     grouped = values.groupby(keys)
     return grouped.transform("mean"), grouped.transform(lambda v: v.std(ddof=1)), grouped.transform("count")
 
