@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow
+.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -43,7 +43,7 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
-	$(PY) -m lmgrid.analysis.report --timed $(SMK) --cores 1 $(SMKCFG) --report results/report.html
+	$(PY) -m lmgrid.orchestration.report_run $(SMK) --cores 1 $(SMKCFG) --report results/report_workflow.html
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)
@@ -80,9 +80,10 @@ test-full: $(TSTAMP)
 	$(call timed_pytest,make test-full: every test,)
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
-## fails on a console error, a page error, an image that does not decode (tests/test_workflow.py -k report)
+## fails on a console error, a page error, an image that does not decode, a first screen without the whole summary
+## table, a PDF of more than one page (tests/test_workflow.py -k report, tests/test_report_page.py)
 report-check: $(TSTAMP) browser
-	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py -k report
+	LMGRID_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/test_workflow.py tests/test_report_page.py -k report
 
 ## Chromium for the report's browser check, from the Debian packages when missing (as root; the package lists
 ## are fetched first where a fresh machine has none)
@@ -91,6 +92,15 @@ browser:
 		|| { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 		|| echo "browser: no chromium and not root: apt-get install chromium"
 
+## KenLM's estimator and scorer, lmplz and query, built into $(VENV)/bin when missing (or of another version) from the
+## kenlm source distribution that requirements-test.lock pins (tools/build_kenlm.sh: Debian's cmake, boost and
+## compression headers installed first when missing, as root; about a minute of CPU). The tests that compare our
+## n-grams with lmplz's (tests/test_ngram_kenlm.py) find them there; .ci/run requires them.
+KENLM_PIN := $(shell sed -n 's/^kenlm==//p' requirements-test.lock)
+kenlm: $(STAMP)
+	@test -x $(VENV)/bin/lmplz && test -x $(VENV)/bin/query && [ "$$(cat $(VENV)/.kenlm-version 2>/dev/null)" = "$(KENLM_PIN)" ] \
+		|| { tools/build_kenlm.sh $(PY) $(KENLM_PIN) $(VENV)/bin 2 && echo $(KENLM_PIN) > $(VENV)/.kenlm-version; }
+
 ## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
 ## capped at AVX2 (no bf16 kernels), ATen's kernels at AVX2, and lmgrid told the CPU's flags (README, "Precision")
 AVX2_FLAGS := fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2
@@ -98,15 +108,23 @@ test-avx2: $(TSTAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
 		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
 
-## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT)
+## the MLflow UI on this clone's stores (results/mlflow.db, results/mlartifacts) at http://127.0.0.1:$(MLFLOW_PORT);
+## first prints the address that opens each experiment on its training runs, valid and test PPL shown, sorted by
+## valid PPL (MLflow's UI opens on its GenAI view otherwise; docs/results.md, "MLflow")
 MLFLOW_PORT ?= 5000
 mlflow: $(STAMP)
 	@test -f results/mlflow.db || { echo "make mlflow: no results/mlflow.db yet: run make run first"; exit 2; }
+	@$(PY) -m lmgrid.tracking.view --tracking-uri sqlite:///results/mlflow.db --base http://127.0.0.1:$(MLFLOW_PORT)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts \
 		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 lint: $(STAMP)
 	$(SMK) --lint
+
+## README.md's and docs/'s marked tables and figures rewritten from their snapshots (docs/results/<name>/; after a run:
+## $(PY) -m lmgrid docs --from results/<corpus> --snapshot docs/results/<name> first). The fast tier checks them
+docs: $(STAMP)
+	$(PY) -m lmgrid docs --render
 
 clean:
 	rm -rf results .snakemake

@@ -139,4 +139,4 @@ def test_readme_speaks_to_a_user():
     before this change: the control, run here, puts one of its old phrases back and sees the check catch it."""
     readme = (REPO / "README.md").read_text()
     assert internal_references(readme) == []
-    assert internal_references(readme.replace("| target |", "| target (issue 31) |", 1)) == ["issue 31"]
+    assert internal_references(readme.replace("## What you get", "## What you get (issue 31)", 1)) == ["issue 31"]

@@ -299,8 +299,9 @@ def _check_live_training_logs(uri: str, tmp_path: Path) -> None:
 
 
 def user_facing_problems(uri: str, root: Path) -> list[str]:
-    """What a user of MLflow's UI and API would trip over in a synced store: an experiment MLflow 3 opens in its
-    GenAI view, models not named by their cell, layers counted from 0, dataset sources that are paths of one clone."""
+    """What a user of MLflow's UI and API would trip over in a synced store: an experiment without MLflow 3's
+    classic-training kind tag (the tag alone does not open the training view: tests/test_mlflow_view.py checks the
+    address `make mlflow` prints), models not named by their cell, layers counted from 0, dataset sources that are paths of one clone."""
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(CORPUS)
     problems = []

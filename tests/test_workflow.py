@@ -200,7 +200,9 @@ def test_a_run_rebuilds_the_report_after_its_results(finished):
     assert report.is_file()
     results = [p for p in (finished / "results" / "tiny").rglob("*") if p.is_file() and "logs" not in p.parts]
     assert report.stat().st_mtime >= max(p.stat().st_mtime for p in results)
-    html = report.read_text(encoding="utf-8")
+    page = report.read_text(encoding="utf-8")
+    assert page.index('id="summary-table"') < page.index('href="report_workflow.html"')  # results first, then
+    html = (finished / "results" / "report_workflow.html").read_text(encoding="utf-8")  # Snakemake's report
     assert '"results/tiny/summary.html"' in html  # the summary table, category Summary
     assert "<li><strong>ctx</strong>:" in html  # workflow.rst's study list is a list ...
     assert "<p>The summary table (category <em>Summary</em>)" in html  # ... closed before the next paragraph
@@ -245,16 +247,16 @@ def _browser_or_skip():
 
 
 def test_the_report_opens_in_a_real_browser(finished, tmp_path):
-    """Headless Chromium: no console or page error while it loads and each results entry opens; every embedded
-    image decodes.  A copy with a broken image and a console error must fail the same check."""
+    """Headless Chromium: no console or page error while the results page and Snakemake's report it links load and
+    each results entry opens; every embedded image decodes.  A copy of the results page with a broken image and a
+    console error must fail the same check."""
     _browser_or_skip()
     from lmgrid.analysis.report import check
 
     n, problems = check(finished / "results" / "report.html")
     assert n >= 3 and problems == []  # summary, table, figure
     html = (finished / "results" / "report.html").read_text(encoding="utf-8")
-    broken = re.sub(r"(data:image/png;charset=utf8;filename=[^;]+;base64,)[A-Za-z0-9+/]{40}", r"\1" + "A" * 40,
-                    html, count=1)
+    broken = re.sub(r"(data:image/png;base64,)[A-Za-z0-9+/]{40}", r"\1" + "A" * 40, html, count=1)
     end = broken.rfind("</body>")
     (tmp_path / "broken.html").write_text(broken[:end] + '<script>console.error("boom")</script>' + broken[end:])
     _, problems = check(tmp_path / "broken.html")

@@ -253,7 +253,7 @@ def build_report():
               f"(e.g. {missing[0]}){'; removed the older one' if dropped else ''}", file=sys.stderr)
         return
     overrides = [f"{k}={json.dumps(v)}" for k, v in dict(workflow.config_settings.config).items()]
-    error = build(workflow.main_snakefile, os.getcwd(), workflow.config_settings.configfiles, overrides)
+    error = build(workflow.main_snakefile, os.getcwd(), workflow.config_settings.configfiles, overrides, config)
     print(f"lmgrid: error: {error}" if error else f"lmgrid: report {REPORT} rebuilt", file=sys.stderr)
 
 

@@ -1,4 +1,5 @@
-"""`lmgrid aggregate`: the tables and figures of every study (`lmgrid mlflow-sync` is lmgrid.tracking.cli).
+"""`lmgrid aggregate`: the tables and figures of every study (`lmgrid mlflow-sync` is lmgrid.tracking.cli), and
+`lmgrid docs` (lmgrid.analysis.docs_render).
 
 It takes the studies as JSON on the command line, as Snakemake passes them from the validated config,
 so a job depends on nothing but its arguments.
@@ -38,3 +39,7 @@ def register(sub) -> None:
     s.add_argument("--oracle", help="oracle.json of the synthetic corpus (adds the oracle line and row)")
     s.add_argument("--root", default=".", help="folder holding results/ (default: current folder)")
     s.set_defaults(func=cmd_aggregate)
+
+    from lmgrid.analysis.docs_render import register as register_docs  # `lmgrid docs`: README and docs/ tables
+
+    register_docs(sub)

@@ -29,15 +29,15 @@ from lmgrid.tracking import artifact_store
 from lmgrid.analysis.collect import read_benchmark, read_gates, read_log
 from lmgrid.analysis.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR
 from lmgrid.run.live import check_mlflow
+from lmgrid.tracking.view import EXPERIMENT_KIND, VIEW_TAGS
 
 TAG_KEY = "lmgrid.run_key"
 TAG_HASH = "lmgrid.content_sha256"
 TAG_KIND = "lmgrid.kind"
 TAG_STUDIES = "lmgrid.studies"
 TAG_MODEL = "lmgrid.model"
-# MLflow 3's UI opens an experiment without this tag in its GenAI view (models listed as "Agent versions"); this
-# value is the UI's own for classic model training (its experiment-kind selector sets the same tag).
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# Every experiment's tags (EXPERIMENT_KIND: the UI's own tag for classic model training; VIEW_TAGS: the shared
+# training view that `make mlflow`'s address opens) are in lmgrid.tracking.view.
 MODEL_FORMAT = "pyfunc-2"  # in every cell's content hash: a change here re-logs every cell once
 FINAL_KEYS = ("params", "train_tokens_per_s", "epochs", "wall_s")
 NUMERIC_PARAMS = ("order",)
@@ -62,13 +62,13 @@ def experiment_id(client, name: str, uri: str) -> str:
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
-        for k, v in EXPERIMENT_KIND.items():  # experiments created before the tag existed get it too
+        for k, v in {**EXPERIMENT_KIND, **VIEW_TAGS}.items():  # experiments created before a tag existed get it too
             if exp.tags.get(k) != v:
                 client.set_experiment_tag(exp.experiment_id, k, v)
         return exp.experiment_id
     # mlflow-artifacts:/<name> (mlartifacts/ beside a sqlite database, wherever it moves) or the server's default.
     return client.create_experiment(name, artifact_location=artifact_store.experiment_location(uri, name),
-                                    tags=EXPERIMENT_KIND)
+                                    tags={**EXPERIMENT_KIND, **VIEW_TAGS})
 
 
 def _drop_empty_default(client) -> None:

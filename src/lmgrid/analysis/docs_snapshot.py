@@ -1,0 +1,130 @@
+"""A docs snapshot, `docs/results/<name>/`: the few result files of one finished run that README.md and docs/ render
+their numbers from (lmgrid.analysis.docs_render), and `run.json`, where and how long that run ran.
+
+`lmgrid docs --from results/<corpus> --snapshot docs/results/<name>` writes it.  It copies the tables that exist
+(SNAPSHOT_GLOBS: the summary, the reference table, the combinations, each study's tables, the embeddings and gate
+tables), writes `runs.csv` (one row per trained run: how it stopped, its epochs, wall and CPU time, parameters, from
+its metrics.json) and `run.json`:
+* `commit`: the git commit checked out where the results lie, when the snapshot is taken (`dirty` when that
+  checkout has uncommitted changes to tracked files);
+* `date`: the day the run's last job ended (UTC), from the newest benchmark file;
+* `machine`: this machine's CPU model (`lscpu`), whether it has avx512_bf16, its cores: take the snapshot on the
+  machine that ran the run;
+* `wall_s`: from the start of the run's first job to the end of its last, each job's span read from its Snakemake
+  benchmark file (its end is the file's modification time, its start that less the wall time it records), so a run
+  resumed after a stop counts the pause too; `job_wall_s`: the jobs' wall times summed;
+* `train_cpu_s`: the training runs' own process CPU time (metrics.json `cpu_s`) summed; `jobs_cpu_s`: the other
+  jobs' CPU time from their benchmark files (a training job's benchmark measures only the client that handed it to
+  the warm server, lmgrid.orchestration.warm, so its CPU is taken from metrics.json instead);
+* `report_wall_s`: the HTML report's wall time (results/benchmarks/report.tsv, `make run`'s last step), when it
+  ended after the run's last job.
+Nothing in it is typed by hand.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from lmgrid.analysis.collect import read_benchmark
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import atomic_write, write_json
+from lmgrid.run.record import RECORD_FILE, RunRecord
+
+# The result files the docs render from, relative to results/<corpus>/ (those that exist are copied).
+SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/table.csv",
+                  "studies/*/*gate*.csv", "embeddings/embeddings.csv", "scales/gates.csv")
+RUN_FILE = "run.json"
+RUNS_FILE = "runs.csv"
+RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "epochs", "best_epoch",
+                "stopped_because", "wall_s", "cpu_s", "precision", "device"]
+# A snapshot is kept in the repository: refuse one that grew past this (a run folder given by mistake).
+MAX_BYTES = 2 * 2**20
+
+
+def machine() -> dict:
+    """This machine's CPU model, whether it computes bf16 (the avx512_bf16 flag) and its core count, from lscpu."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        text = ""
+    fields = dict(re.findall(r"^([^:\n]+):\s*(.*)$", text, flags=re.M))
+    return {"cpu": fields.get("Model name", "unknown").strip(),
+            "avx512_bf16": "avx512_bf16" in fields.get("Flags", "").split(),
+            "cores": os.cpu_count() or 1}
+
+
+def commit(where: Path) -> dict:
+    def git(*args):
+        r = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "--short=10", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def runs_table(results: Path) -> pd.DataFrame:
+    rows = []
+    for path in sorted(results.glob(f"runs/**/{RECORD_FILE}")):
+        r = RunRecord.read(path)
+        rows.append({k: (getattr(r, k) if k in ("name", "arch", "impl", "n_step", "layers", "regime", "seed",
+                                                "params") else r.get(k)) for k in RUNS_COLUMNS})
+    return pd.DataFrame(rows, columns=RUNS_COLUMNS)
+
+
+def timing(results: Path, runs: pd.DataFrame) -> dict:
+    """The run's wall and CPU time from its benchmark files and its runs' metrics.json (module docstring)."""
+    spans, job_wall, jobs_cpu = [], 0.0, 0.0
+    for path in sorted(results.glob("benchmarks/**/*.tsv")):
+        b = read_benchmark(path)
+        if "wall_s" not in b:
+            continue
+        end = path.stat().st_mtime
+        spans.append((end - b["wall_s"], end))
+        job_wall += b["wall_s"]
+        if not path.relative_to(results / "benchmarks").parts[0] == "runs":
+            jobs_cpu += b.get("cpu_s", 0.0)
+    if not spans:
+        raise LmgridError(f"{results}/benchmarks: no benchmark file; is this a finished run's results/<corpus>?")
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    out = {"date": dt.datetime.fromtimestamp(end, dt.timezone.utc).date().isoformat(),
+           "wall_s": round(end - start, 1), "job_wall_s": round(job_wall, 1), "jobs": len(spans),
+           "train_cpu_s": round(float(runs["cpu_s"].fillna(0).sum()), 1), "jobs_cpu_s": round(jobs_cpu, 1)}
+    # `make run`'s last step, the HTML report, records its wall time beside the corpora (one file for every corpus):
+    # it is this run's when it ended after the run's last job.
+    report = results.parent / "benchmarks" / "report.tsv"
+    if report.is_file() and report.stat().st_mtime >= end and "wall_s" in (b := read_benchmark(report)):
+        out["report_wall_s"] = round(b["wall_s"], 1)
+    return out
+
+
+def snapshot(results: str | Path, out: str | Path) -> list[Path]:
+    """Copy the rendered-from files of results/<corpus> into `out` (replacing what was there) and write run.json."""
+    results, out = Path(results), Path(out)
+    if not (results / "summary.csv").is_file():
+        raise LmgridError(f"--from {results}: no summary.csv; give a finished run's results/<corpus> folder")
+    files = sorted({p for pattern in SNAPSHOT_GLOBS for p in results.glob(pattern) if p.is_file()})
+    size = sum(p.stat().st_size for p in files)
+    if size > MAX_BYTES:
+        raise LmgridError(f"--from {results}: {size / 2**20:.1f} MiB of tables, over the {MAX_BYTES // 2**20} MiB a "
+                          "snapshot may hold")
+    runs = runs_table(results)
+    run = {"name": out.name, "corpus": results.name, **commit(results), **timing(results, runs),
+           "machine": machine(), "runs": len(runs)}
+    if out.exists():
+        shutil.rmtree(out)
+    written = []
+    for p in files:
+        dest = out / p.relative_to(results)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dest)
+        written.append(dest)
+    with atomic_write(out / RUNS_FILE) as fh:
+        runs.to_csv(fh, index=False)
+    write_json(out / RUN_FILE, run)
+    return [*written, out / RUNS_FILE, out / RUN_FILE]

@@ -1,0 +1,164 @@
+"""The tables and lines a docs block can render from a snapshot (lmgrid.analysis.docs_render): each a function of the
+snapshot folder and an argument (`study:context` passes `context`), returning Markdown.
+
+Numbers are printed as the pipeline's own tables print them (PPL to 2 decimals); verdicts and `comparable` are
+reference.csv's, as lmgrid.analysis.reference gave them; nothing here computes a verdict.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from lmgrid.common.errors import LmgridError
+from lmgrid.common.fileio import read_json
+
+
+def _read(snap: Path, name: str) -> pd.DataFrame:
+    path = snap / name
+    if not path.is_file():
+        raise LmgridError(f"{path}: not in the snapshot (the run wrote no such table)")
+    return pd.read_csv(path)
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v, spec: str = ",.2f") -> str:
+    return "" if _blank(v) else format(v, spec)
+
+
+def _text(v) -> str:
+    return "" if _blank(v) else str(v)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, disable_numparse=True)
+
+
+def duration(seconds: float) -> str:
+    """3723 -> '1 h 02 min', 518 -> '8 min 38 s', 41.2 -> '41 s'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def headline(snap: Path, _arg: str = "") -> str:
+    """Each model's best cell, chosen on valid, with that cell's test PPL (lmgrid.analysis.summary.headline)."""
+    from lmgrid.analysis.summary import headline as best_cells
+
+    return _markdown(best_cells(_read(snap, "summary.csv")))
+
+
+def reference(snap: Path, _arg: str = "") -> str:
+    """reference.csv: each published figure beside ours, with its `comparable` and verdict as the rule gave them,
+    and the parameter counts (ours; the published model's where the config states it)."""
+    t = _read(snap, "reference.csv")
+    ours = [("not run here" if r.ours == "not run here" else
+             _num(r.test_ppl_mean) + ("" if _blank(r.test_ppl_std) else f" ± {r.test_ppl_std:.2f}"))
+            for r in t.itertuples()]
+    show = pd.DataFrame({
+        "published model": t["model"], "published test PPL": t["published_test_ppl"].map(lambda v: f"{v:g}"),
+        "source": t["source"], "ours": t["ours"].map(_text), "comparable": t["comparable"].map(_text),
+        "seeds": t["seeds"].map(lambda v: _num(v, ".0f")), "our test PPL (mean ± std)": ours,
+        "95% t interval": [("" if _blank(r.ci95_low) or r.seeds == 1 or r.ci95_low == r.ci95_high
+                            else f"[{r.ci95_low:.2f}, {r.ci95_high:.2f}]") for r in t.itertuples()],
+        "verdict": t["verdict"].map(_text), "ours minus published": t["difference"].map(lambda v: _num(v, "+.2f")),
+        "our parameters": t["params"].map(lambda v: _num(v, ",.0f"))})
+    if "published_params" in t:
+        show["published parameters"] = t["published_params"].map(lambda v: _num(v, ",.0f") or "not stated")
+    return _markdown(show)
+
+
+def _mean_std(mean, std) -> str:
+    return _num(mean) + ("" if _blank(std) else f" ± {std:.2f}")
+
+
+def _interval(low, high, spec: str = ".2f") -> str:
+    return "" if _blank(low) else f"[{format(low, spec)}, {format(high, spec)}]"
+
+
+def combinations(snap: Path, _arg: str = "") -> str:
+    """combine/combinations.csv: each mixture's test PPL (mean ± std over its seeds, with the 95% t interval), its
+    valid PPL, which is in-sample (settings and weights were fitted on valid), and its best single model, chosen on
+    valid.  A table of the one-run form (valid_ppl, test_ppl) is shown as it is."""
+    t = _read(snap, "combine/combinations.csv")
+    over_seeds = "test_ppl_mean" in t
+    show = pd.DataFrame({"combination": t["combination"], "models": t["components"]})
+    if over_seeds:
+        show["seeds"] = t["seed_list"].map(_text)
+        show["test PPL (mean ± std)"] = [_mean_std(m, s) for m, s in zip(t["test_ppl_mean"], t["test_ppl_std"])]
+        show["95% t interval"] = [_interval(lo, hi) for lo, hi in zip(t["ci95_low"], t["ci95_high"])]
+    else:
+        show["test PPL"] = t["test_ppl"].map(_num)
+    show["valid PPL (in-sample: fitted on valid)"] = t["valid_ppl_in_sample" if over_seeds else "valid_ppl"].map(_num)
+    show["best single model (chosen on valid)"] = t["best_component"].map(_text)
+    show["its test PPL"] = t["best_component_test_ppl"].map(_num)
+    return _markdown(show)
+
+
+def comparisons(snap: Path, _arg: str = "") -> str:
+    """combine/comparisons.csv: the paired bootstrap over test sentences, one combination against another."""
+    t = _read(snap, "combine/comparisons.csv")
+    return _markdown(pd.DataFrame({
+        "combination": t["combination"], "against": t["compare_with"], "seed": t["seed"].map(_text),
+        "test PPL": t["test_ppl"].map(_num), "its test PPL": t["compare_with_test_ppl"].map(_num),
+        "difference": t["difference"].map(lambda v: _num(v, "+.2f")),
+        "95% bootstrap interval (sentences)": [_interval(lo, hi, "+.2f") for lo, hi in zip(t["ci95_low"], t["ci95_high"])],
+        "95% t interval over seeds": [_interval(lo, hi, "+.2f") for lo, hi in zip(t["seed_t_low"], t["seed_t_high"])]}))
+
+
+def study(snap: Path, name: str) -> str:
+    """studies/<name>/table.csv as the run wrote it, PPL to 2 decimals."""
+    if not name:
+        raise LmgridError("lmgrid:render study needs the study's name: study:<name>")
+    t = _read(snap, f"studies/{name}/table.csv")
+    for col in t.columns:
+        if t[col].dtype.kind == "f":
+            t[col] = t[col].map(_num)
+    return _markdown(t.fillna(""))
+
+
+def timing(snap: Path, _arg: str = "") -> str:
+    """One line: the run's wall time (first job's start to last job's end) and its CPU time (run.json)."""
+    r = read_json(snap / "run.json")
+    cores = r["machine"]["cores"]
+    share = (r["train_cpu_s"] + r["jobs_cpu_s"]) / (r["wall_s"] * cores)
+    return (f"The run took **{duration(r['wall_s'])}** of wall time from its first job's start to its last job's end "
+            f"({r['jobs']} jobs, {duration(r['job_wall_s'])} of job time summed); its "
+            f"{r['runs']} trained models used {duration(r['train_cpu_s'])} of CPU time, the other jobs "
+            f"{duration(r['jobs_cpu_s'])}, together {share:.0%} of the {cores} cores' time over the run's wall time"
+            + (" (so far below 100%: the jobs waited on one another or shared the machine with other work)."
+               if share < 0.5 else ".")
+            + (f" The HTML report took {duration(r['report_wall_s'])} more." if "report_wall_s" in r else ""))
+
+
+def stops(snap: Path, _arg: str = "") -> str:
+    """One line: how the neural runs ended (runs.csv): by which rule, after how many epochs, best epoch or not."""
+    t = _read(snap, "runs.csv")
+    t = t[t["epochs"].notna()]
+    if t.empty:
+        return "No neural run."
+    how = ", ".join(f"{n} by `{why}`" for why, n in t["stopped_because"].fillna("unknown").value_counts().items())
+    before = int((t["best_epoch"] < t["epochs"]).sum())
+    return (f"{len(t)} neural runs ended: {how}, after {int(t['epochs'].min())} to {int(t['epochs'].max())} epochs; "
+            f"{before} of them had their best epoch before their last.")
+
+
+TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
+          "study": study, "timing": timing, "stops": stops}
+
+
+def provenance(snap: Path, src: str) -> str:
+    """The line that ends every block: the snapshot, and the commit, date and machine of its run."""
+    r = read_json(snap / "run.json")
+    m = r["machine"]
+    dirty = " with uncommitted changes" if r.get("dirty") else ""
+    return (f"<sub>Rendered by `lmgrid docs` from `{src}`: the `{r['corpus']}` run of commit "
+            f"{r['commit']}{dirty}, ended {r['date']}, on {m['cpu']} (avx512_bf16: "
+            f"{'yes' if m['avx512_bf16'] else 'no'}, {m['cores']} cores).</sub>")

@@ -1,0 +1,170 @@
+"""README.md and docs/: every marked block is what `lmgrid docs --render` writes from its snapshot, and README's
+results sections hold no hand-typed figure (lmgrid.analysis.docs_render).  Fast tier: no Snakemake, no PTB."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lmgrid.analysis import docs_render, docs_snapshot, docs_tables
+from lmgrid.analysis.docs_render import check, render
+from lmgrid.common.errors import LmgridError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _copy_docs(tmp_path: Path) -> Path:
+    """README.md, docs/ (with its snapshots) in a tmp folder, to edit without touching the repository."""
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    return tmp_path
+
+
+def test_the_repository_docs_are_as_rendered():
+    """Kills: a number edited by hand inside a rendered block of README.md or docs/, or a figure typed into README's
+    results sections (the negative controls below show check() sees both)."""
+    assert check(REPO) == []
+
+
+def test_a_number_edited_inside_a_block_fails_the_check(tmp_path):
+    """Negative control of the test above.  Kills: a check that compares nothing (or only the blocks' count)."""
+    root = _copy_docs(tmp_path)
+    readme = root / "README.md"
+    text = readme.read_text()
+    m = next(docs_render.BLOCK.finditer(text), None)
+    assert m is not None, "README.md has no rendered block"
+    digit = re.search(r"\d", m["body"])
+    assert digit is not None, "README.md's first rendered block holds no number"
+    at = m.start("body") + digit.start()
+    readme.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
+    problems = check(root)
+    assert len(problems) == 1 and problems[0].startswith(f"README.md: block '{m['tables']} from={m['src']}'"), problems
+    render(root)  # and --render puts the number back
+    assert readme.read_text() == text and check(root) == []
+
+
+def test_a_hand_typed_figure_in_the_results_sections_fails_the_check(tmp_path):
+    """Kills: a check that does not scan README's results sections for typed perplexities and times, or one that
+    lets a published figure through without its source on the line."""
+    root = _copy_docs(tmp_path)
+    readme = root / "README.md"
+    text = readme.read_text()
+    anchor = "## What you get\n"
+    for typed, flagged in (("The default run took ~9 min.", "9 min"), ("Our LSTM reached 94.71.", "94.71"),
+                           ("The target was 100.9, its source not named.", "100.9"),
+                           ("Press & Wolf (2017) give 100.9.", "")):
+        readme.write_text(text.replace(anchor, f"{anchor}\n{typed}\n", 1))
+        problems = check(root)
+        if flagged == "":
+            assert problems == [], problems
+        else:
+            assert len(problems) == 1 and f"'{flagged}' is typed by hand" in problems[0], (typed, problems)
+
+
+def _snapshot(tmp_path: Path, verdicts=("no difference shown", float("nan"))) -> Path:
+    snap = tmp_path / "docs" / "results" / "toy"
+    snap.mkdir(parents=True)
+    pd.DataFrame({"model": ["A", "B"], "published_test_ppl": [100.9, 78.63], "source": ["P 2017", "slides"],
+                  "comparable": ["yes", "setting unknown"], "ours": ["arch=lstm", "arch=gru"], "seeds": [3, 3],
+                  "test_ppl_mean": [100.5, 80.0], "test_ppl_std": [0.3, 0.2], "ci95_low": [99.8, 79.5],
+                  "ci95_high": [101.2, 80.5], "verdict": list(verdicts), "difference": [-0.4, 1.37],
+                  "params": [4600000, 5000000]}).to_csv(snap / "reference.csv", index=False)
+    (snap / "run.json").write_text('{"corpus": "toy", "commit": "abc", "date": "2026-01-01", "machine": '
+                                   '{"cpu": "CPU X", "avx512_bf16": false, "cores": 2}}')
+    return snap
+
+
+def test_the_reference_table_carries_the_rules_verdicts_and_comparable_as_they_are(tmp_path, monkeypatch):
+    """Kills: a renderer that drops `comparable` or the verdict, or gives a verdict where reference.py gave none
+    (the negative control patches the renderer to fill a missing verdict in and sees this test's check fail)."""
+    snap = _snapshot(tmp_path)
+
+    def rows(text):
+        lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+        heads = [c.strip() for c in lines[0].strip("|").split("|")]
+        return [dict(zip(heads, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+
+    def verdicts_as_given(text):
+        r = rows(text)
+        return ([x["comparable"] for x in r] == ["yes", "setting unknown"]
+                and [x["verdict"] for x in r] == ["no difference shown", ""]
+                and r[0]["our parameters"] == "4,600,000" and r[0]["95% t interval"] == "[99.80, 101.20]")
+
+    assert verdicts_as_given(docs_tables.reference(snap))
+    real_text = docs_tables._text
+    monkeypatch.setattr(docs_tables, "_text", lambda v: real_text(v) or "beats")  # an invented verdict
+    assert not verdicts_as_given(docs_tables.reference(snap))
+
+
+def test_a_block_without_its_snapshot_says_so_and_an_unknown_table_is_one_line(tmp_path):
+    """Kills: a renderer that leaves a block of a missing snapshot as typed, or renders an unknown table name as
+    nothing instead of naming the file and line."""
+    _snapshot(tmp_path)
+    doc = tmp_path / "docs" / "x.md"
+    doc.write_text("intro\n<!-- lmgrid:render reference from=docs/results/none -->\nold 1.23\n<!-- /lmgrid:render -->\n"
+                   "<!-- lmgrid:render reference from=docs/results/toy -->\n<!-- /lmgrid:render -->\n")
+    assert len(check(tmp_path)) == 2
+    render(tmp_path)
+    text = doc.read_text()
+    assert "old 1.23" not in text and "Not rendered yet: `docs/results/none/` does not exist" in text
+    assert "from `docs/results/toy`: the `toy` run of commit abc, ended 2026-01-01, on CPU X" in text
+    assert check(tmp_path) == []
+    doc.write_text("<!-- lmgrid:render refrence from=docs/results/toy -->\n<!-- /lmgrid:render -->\n")
+    with pytest.raises(LmgridError, match=r"x\.md:1: lmgrid:render names table 'refrence'"):
+        check(tmp_path)
+
+
+def test_the_snapshot_wall_time_is_the_span_of_the_jobs_not_their_sum(tmp_path, monkeypatch):
+    """Kills: a wall time that sums the jobs' walls (two jobs at once would count twice), or that takes a training
+    job's CPU from its benchmark (the warm server's client) instead of leaving it to metrics.json."""
+    results = tmp_path / "results" / "toy"
+    (results / "benchmarks" / "runs").mkdir(parents=True)
+    (results / "summary.csv").write_text("model,test_ppl\nx,1.0\n")
+    now = 1_800_000_000.0
+    for name, wall_s, cpu_s, end in (("a.tsv", 100.0, 90.0, now), ("b.tsv", 100.0, 80.0, now + 50),
+                                     ("runs/r.tsv", 40.0, 1.0, now + 20)):
+        p = results / "benchmarks" / name
+        p.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{wall_s}\t0:01:40\t10\t{cpu_s}\n")
+        os.utime(p, (end, end))
+    snap = tmp_path / "docs" / "results" / "toy"
+    docs_snapshot.snapshot(results, snap)
+    run = pd.read_json(snap / "run.json", typ="series")
+    assert (run["wall_s"], run["job_wall_s"], run["jobs_cpu_s"], run["jobs"]) == (150.0, 240.0, 170.0, 3)
+    assert (snap / "summary.csv").is_file() and (snap / "runs.csv").is_file()
+    with pytest.raises(LmgridError, match="no summary.csv"):
+        docs_snapshot.snapshot(tmp_path, snap)
+
+
+def test_the_combinations_table_shows_the_spread_over_seeds_and_labels_valid_in_sample(tmp_path):
+    """Kills: a combinations rendering that drops the std or the t interval over seeds, or shows the valid PPL (the
+    settings and weights were fitted on it) without saying it is in-sample."""
+    snap = _snapshot(tmp_path)
+    (snap / "combine").mkdir()
+    pd.DataFrame({"combination": ["all"], "components": [8], "seeds": [3], "seed_list": ["4 5 6"],
+                  "test_ppl_mean": [73.5], "test_ppl_std": [0.25], "ci95_low": [72.88], "ci95_high": [74.12],
+                  "valid_ppl_in_sample": [74.3], "best_component": ["lstm"], "best_component_valid_ppl": [98.9],
+                  "best_component_test_ppl": [94.7]}).to_csv(snap / "combine" / "combinations.csv", index=False)
+    lines = [ln for ln in docs_tables.combinations(snap).splitlines()]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    row = dict(zip(heads, (c.strip() for c in lines[2].strip("|").split("|"))))
+    assert row["test PPL (mean ± std)"] == "73.50 ± 0.25" and row["95% t interval"] == "[72.88, 74.12]"
+    assert row["seeds"] == "4 5 6" and row["valid PPL (in-sample: fitted on valid)"] == "74.30"
+
+
+def test_the_published_parameter_count_reaches_the_rendered_table(tmp_path):
+    """Kills: a reference table that drops a row's `published_params` (reference.py) or a rendering that leaves the
+    column out, or fills a count the config does not state."""
+    from lmgrid.analysis.reference import reference_table
+
+    rows = [{"model": "A", "published_test_ppl": 100.9, "source": "P 2017", "published_params": 2_700_000},
+            {"model": "B", "published_test_ppl": 78.63, "source": "slides"}]
+    snap = _snapshot(tmp_path)
+    reference_table(rows, []).to_csv(snap / "reference.csv", index=False)
+    text = docs_tables.reference(snap)
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("|")]
+    at = cells[0].index("published parameters")
+    assert [r[at] for r in cells[2:]] == ["2,700,000", "not stated"]
