@@ -229,6 +229,25 @@ def test_tty_view_ends_when_the_last_job_does(monkeypatch, tmp_path):
 
     h, ended, later = after_the_run(final=True)
     assert ended.endswith("\n".join(results_table(h.board.results)) + "\n"), ended[-300:]
+    assert len(ended.rsplit("\x1b[J", 1)[-1].splitlines()) <= 24  # the summary and the table: one screen
     assert later == ended
     h, ended, later = after_the_run(final=False)
     assert later != ended
+
+
+def test_tty_final_table_fits_half_a_screen(monkeypatch, tmp_path):
+    """At the end a terminal of 12 lines gets the summary line and the best cells in half the screen, with a line
+    saying how many more there are (the Snakefile's headline table follows); a pipe gets every cell.  Kills: the
+    final table of a 53-cell grid scrolling the live view away (the pipe, run here as the control, shows its
+    unbounded length)."""
+    monkeypatch.chdir(tmp_path)
+
+    def end(tty: bool) -> list[str]:
+        h, out = handler(monkeypatch, tty=tty, height=12)
+        run_grid(h, tmp_path, jobs=30)
+        return out.getvalue().rsplit("\x1b[J", 1)[-1].splitlines()
+
+    shown = end(True)
+    assert len(shown) <= 12 - 1 and shown[-1] == "... and 25 more cells (every cell: the report)", shown
+    assert shown[2].startswith("mkn n3 l1 window s1 ")  # the best cell (lowest valid PPL) first
+    assert len([line for line in end(False) if line.startswith("mkn n3")]) == 30

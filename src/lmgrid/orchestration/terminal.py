@@ -308,8 +308,11 @@ class LogHandler(LogHandlerBase):
             self.drawn = 0
         if self.board.total or self.board.results:
             self.stream.write(self.board.counts().replace(", 0 running, 0 pending", "") + "\n")
-        if self.board.results:
-            self.stream.write("\n".join(results_table(self.board.results)) + "\n")
+        table = results_table(self.board.results) if self.board.results else []
+        if self.tty and len(table) > (rows := max(self._size()[0] // 2, 5)):
+            # the best cells in half a screen, the Snakefile's headline table below: the end fits one screen too
+            table = table[:rows] + [f"... and {len(table) - rows} more cells (every cell: the report)"]
+        self.stream.write("".join(f"{line}\n" for line in table))
         self.stream.flush()
 
     def close(self) -> None:
