@@ -164,7 +164,8 @@ def cmd_generate(a) -> None:
 # Subcommands contributed by the stages (model families, test time, analysis, tracking, orchestration): each module
 # has `register(subparsers)`.
 PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.analysis.cli", "lmgrid.tracking.cli", "lmgrid.embed.cli",
-           "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.orchestration.scales")
+           "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.orchestration.scales",
+           "lmgrid.analysis.budget")
 
 
 def build_parser() -> argparse.ArgumentParser:
