@@ -12,7 +12,10 @@ import math
 import pandas as pd
 
 from lmgrid.analysis import names, palette
-from lmgrid.analysis.plots import FULL_IN, NGRAM_STYLE, PPL_LABEL, _figure_legend, _log_if_wide, figure, save
+from matplotlib import ticker
+
+from lmgrid.analysis.plots import (FULL_IN, NGRAM_STYLE, PPL_LABEL, _figure_legend, _log_if_wide, figure,
+                                   paper_style, save)
 
 AXES = (("cpu_min_mean", "training CPU-minutes (this machine)", "(a) against CPU time"),
         ("train_flops_mean", "training FLOPs (analytic count)", "(b) against FLOPs"))
@@ -23,6 +26,7 @@ def _interval(g: pd.DataFrame) -> list[pd.Series]:
     return [(g["test_ppl_mean"] - g["test_ppl_ci_low"]).fillna(0), (g["test_ppl_ci_high"] - g["test_ppl_mean"]).fillna(0)]
 
 
+@paper_style
 def ppl_vs_compute(table: pd.DataFrame, refs: pd.DataFrame, stem: str) -> list[str]:
     fig, axes = figure(FULL_IN, 2.6, 1, 2)
     handles = []
@@ -33,15 +37,19 @@ def ppl_vs_compute(table: pd.DataFrame, refs: pd.DataFrame, stem: str) -> list[s
                                marker=palette.marker(model), ls="-", label=names.display(model))
             if k == 0:
                 handles.append(line)
-    for r in refs.sort_values(["model", "n_step"]).itertuples():
+    refs = refs.sort_values(["model", "n_step"])
+    for r, shade in zip(refs.itertuples(), refs.groupby("model").cumcount()):  # a model's orders: shades of its colour
         for k, ax in enumerate(axes):
-            line = ax.axhline(r.test_ppl, color=palette.colour(r.model), ls=NGRAM_STYLE.get(r.model, "--"), lw=0.9,
-                              label=r.display)
+            line = ax.axhline(r.test_ppl, color=palette.variant(r.model, shade), ls=NGRAM_STYLE.get(r.model, "--"),
+                              lw=0.9, label=r.display)
             if k == 0:
                 handles.append(line)
     values = list(table["test_ppl_mean"]) + list(refs["test_ppl"])
     for ax, (_, xlabel, title) in zip(axes, AXES):
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 1, 2, 5, 10, ...: the budgets
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))     # span < 10x, few decades
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(PPL_LABEL)
         ax.set_title(title, loc="left")
