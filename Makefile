@@ -21,7 +21,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs
+.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -91,6 +91,15 @@ browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && { apt-get install -y -q chromium >/dev/null 2>&1 \
 		|| { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 		|| echo "browser: no chromium and not root: apt-get install chromium"
+
+## KenLM's estimator and scorer, lmplz and query, built into $(VENV)/bin when missing (or of another version) from the
+## kenlm source distribution that requirements-test.lock pins (tools/build_kenlm.sh: Debian's cmake, boost and
+## compression headers installed first when missing, as root; about a minute of CPU). The tests that compare our
+## n-grams with lmplz's (tests/test_ngram_kenlm.py) find them there; .ci/run requires them.
+KENLM_PIN := $(shell sed -n 's/^kenlm==//p' requirements-test.lock)
+kenlm: $(STAMP)
+	@test -x $(VENV)/bin/lmplz && test -x $(VENV)/bin/query && [ "$$(cat $(VENV)/.kenlm-version 2>/dev/null)" = "$(KENLM_PIN)" ] \
+		|| { tools/build_kenlm.sh $(PY) $(KENLM_PIN) $(VENV)/bin 2 && echo $(KENLM_PIN) > $(VENV)/.kenlm-version; }
 
 ## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
 ## capped at AVX2 (no bf16 kernels), ATen's kernels at AVX2, and lmgrid told the CPU's flags (README, "Precision")

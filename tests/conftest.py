@@ -1,8 +1,12 @@
 """Shared fixtures. Data-dependent tests find the Penn Treebank through LMGRID_PTB_DIR; they skip with the
-reason on a user's machine, and fail instead when LMGRID_REQUIRE_DATA=1 (as .ci/run sets)."""
+reason on a user's machine, and fail instead when LMGRID_REQUIRE_DATA=1 (as .ci/run sets). The KenLM tests skip
+likewise without KenLM's module or programs, and fail instead when LMGRID_REQUIRE_KENLM=1 (.ci/run, after
+`make kenlm`)."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,34 @@ def ptb_dir() -> Path:
             pytest.fail(f"required data missing: {reason}")
         pytest.skip(reason)
     return Path(value)
+
+
+def _kenlm_missing(reason: str):
+    if os.environ.get("LMGRID_REQUIRE_KENLM") == "1":
+        pytest.fail(f"KenLM required (LMGRID_REQUIRE_KENLM=1) but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def kenlm():
+    """KenLM's Python module (requirements-test.lock; `make test` installs it)."""
+    try:
+        import kenlm as module
+    except ImportError:
+        _kenlm_missing("the kenlm module is not installed (make test installs it)")
+    return module
+
+
+@pytest.fixture(scope="session")
+def kenlm_tools() -> dict[str, Path]:
+    """KenLM's estimator and scorer, {"lmplz": path, "query": path}: beside this Python first (`make kenlm` builds
+    them into the venv), then on PATH."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    tools = {name: shutil.which(name, path=search) for name in ("lmplz", "query")}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        _kenlm_missing(f"{' and '.join(missing)} not found (make kenlm builds them into the venv)")
+    return {name: Path(path) for name, path in tools.items()}
 
 
 @pytest.fixture(scope="session")

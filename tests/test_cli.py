@@ -14,7 +14,7 @@ from lmgrid import cli
 
 RULE_COMMANDS = {"warm-server", "synth", "verify", "corpus", "vocab", "oracle", "summary", "reference",
                  "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings", "token-scores", "combine",
-                 "combinations", "adapt", "scales-run", "scales-compare", "budget-compare"}
+                 "combinations", "adapt", "scales-run", "scales-compare", "reset-scores", "budget-compare"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -47,7 +47,7 @@ def grouped_as_expected(text: str) -> bool:
     user = groups.get("commands you run", [])
     rules = next((v for k, v in groups.items() if k.startswith("commands the workflow's rules run")), [])
     return (list(groups).index("commands you run") < len(groups) - 1 if user else False) and \
-        set(user) == set(cli.USER_COMMANDS) == {"status", "plan", "score", "generate", "embed"} and set(rules) == RULE_COMMANDS
+        set(user) == set(cli.USER_COMMANDS) == {"status", "plan", "score", "generate", "embed", "docs"} and set(rules) == RULE_COMMANDS
 
 
 def test_help_lists_the_user_commands_apart_from_the_rules_ones(monkeypatch):

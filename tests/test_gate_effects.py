@@ -16,11 +16,12 @@ N_STEPS = (2, 3, 5, 7, 9)
 SEEDS = (1, 2, 3, 4, 5)
 
 
-def planted_gates(mean_at, seeds=SEEDS, n_steps=N_STEPS, noise=0.002, gate="i") -> pd.DataFrame:
+def planted_gates(mean_at, seeds=SEEDS, n_steps=N_STEPS, noise=0.002, gate="i", padfree_at=None) -> pd.DataFrame:
     """gates.csv rows (scope `position` and `all`) of LSTM runs whose gate mean at window position p of a run at
     n_step n is mean_at(n, p) plus noise; positions 0..n-2 (the window's input tokens), fewer tokens at the oldest
     positions (left padding), and the pooled row the count-weighted mean of the position rows, as neural.gates
-    writes them."""
+    writes them.  With `padfree_at(n, p)`: padfree rows too, at min_context max(n_steps) - 1, 500 targets at every
+    position (the same targets at every n), plus noise."""
     rng = np.random.default_rng(7)
     rows = []
     key = {"model": "lstm", "arch": "lstm", "impl": "torch", "layers": 1, "regime": "window", "layer": 0,
@@ -32,6 +33,11 @@ def planted_gates(mean_at, seeds=SEEDS, n_steps=N_STEPS, noise=0.002, gate="i") 
             means = [mean_at(n, p) + noise * rng.standard_normal() for p in pos]
             for p, m, c in zip(pos, means, tokens):
                 rows.append({**key, "seed": seed, "n_step": n, "scope": "position", "index": p, "mean": m, "count": c})
+            if padfree_at is not None:
+                for p in pos:
+                    rows.append({**key, "seed": seed, "n_step": n, "scope": "padfree", "index": p,
+                                 "mean": padfree_at(n, p) + noise * rng.standard_normal(), "count": 500,
+                                 "min_context": max(n_steps) - 1})
             pooled = sum(m * c for m, c in zip(means, tokens)) / sum(tokens)
             rows.append({**key, "seed": seed, "n_step": n, "scope": "all", "index": -1, "mean": pooled,
                          "count": sum(tokens) * 8})
@@ -58,7 +64,8 @@ def test_a_gate_set_by_position_alone_has_no_nstep_effect_at_matched_positions(m
         "rises", "no clear change", "a position profile")
     assert t["matched_positions"] == "0" and abs(t["matched_slope"]) < 0.001 < t["slope_per_nstep"]
     assert t["profile_slope"] == pytest.approx(t["slope_per_nstep"], abs=1e-3)
-    assert set(fam["positions"]["verdict"]) == {"no clear trend"}
+    start = fam["positions"][fam["positions"]["align"] == "start"]
+    assert set(start["verdict"]) == {"no clear trend"}
 
     by_window = planted_gates(lambda n, p: 0.30 + 0.01 * n)
     assert position_answer(by_window) == ("rises", "rises", "beyond the position profile")
@@ -100,10 +107,13 @@ def test_holm_against_a_hand_computation(monkeypatch):
     assert effects.holm(p) != pytest.approx(want, nan_ok=True)
 
 
-# The six tests of a gate family (effects.gate_family), as (table, raw p column, Holm-adjusted column).
+# The tests of a gate family (effects.gate_family), as (table, raw p column, Holm-adjusted column).
 FAMILY_TESTS = [("trends", "slope_p", "slope_p_holm"), ("trends", "p_value", "kendall_p_holm"),
-                ("trends", "matched_p", "matched_p_holm"), ("trends", "beyond_p", "beyond_p_holm"),
-                ("steps", "p", "p_holm"), ("positions", "p", "p_holm")]
+                ("trends", "matched_p", "matched_p_holm"), ("trends", "end_matched_p", "end_matched_p_holm"),
+                ("trends", "beyond_p", "beyond_p_holm"), ("trends", "padfree_p", "padfree_p_holm"),
+                ("trends", "padfree_matched_p", "padfree_matched_p_holm"),
+                ("trends", "padfree_end_p", "padfree_end_p_holm"), ("steps", "p", "p_holm"),
+                ("positions", "p", "p_holm")]
 
 
 def family_problems(fam: dict) -> list[str]:
@@ -265,3 +275,99 @@ def test_the_bias_ablation_verdict_reads_the_one_bias_cell():
     like_cell.loc[like_cell["impl"] == "cellonebias", "test_ppl"] = cell
     (text,) = findings._ablation_sentences(effects.impl_differences(like_cell))
     assert "does not account for it" in text
+
+
+def test_end_aligned_lags_count_back_from_the_predicted_word(monkeypatch):
+    """A planted gate set by the distance from the predicted word alone (0.30 + 0.02 per lag, lag 1 = the last
+    input): end-aligned, at the lags every n shares and at each lag on its own, n changes nothing; start-aligned,
+    position 0 moves away from the target as n grows, so the start-aligned matched slope sees a (spurious) rise.  A
+    gate set by n alone is an n effect end-aligned too (the positive control).  Mutation killed, run here: end
+    alignment replaced by start alignment (positions.aligned returning the rows as written): the lag-only gate then
+    reads as an n effect at the "matched lags"."""
+    by_lag = planted_gates(lambda n, p: 0.30 + 0.02 * (n - 1 - p))
+    fam = effects.gate_family(by_lag)
+    t = fam["trends"].iloc[0]
+    assert t["end_matched_positions"] == "1" and t["at_matched_lags"] == "no clear change"
+    assert abs(t["end_matched_slope"]) < 0.001 and t["at_matched_positions"] == "rises"
+    end = fam["positions"][(fam["positions"]["align"] == "end") & (fam["positions"]["subset"] == "all")]
+    assert len(end) and set(end["verdict"]) == {"no clear trend"}
+    lags = positions.aligned(positions.position_rows(by_lag), "end")
+    assert (lags[lags["index"] == lags["n_step"] - 2]["position"] == 1).all()  # the last input is lag 1 at every n
+    by_n = planted_gates(lambda n, p: 0.30 + 0.01 * n)
+    assert effects.gate_family(by_n)["trends"].iloc[0]["at_matched_lags"] == "rises"
+
+    monkeypatch.setattr(positions, "aligned", lambda rows, align: rows)  # the mutation: start alignment
+    assert effects.gate_family(by_lag)["trends"].iloc[0]["at_matched_lags"] == "rises"
+
+
+def test_padding_free_analysis_reads_the_same_targets_at_every_n(monkeypatch):
+    """The padding-free analysis reads each run's padfree rows at min_context = the study's largest n - 1, so every
+    n is measured on the same targets: a planted gate whose position rows (every target with a real token there)
+    rise with n only because the targets behind them change, while on the padding-free targets it is flat, is
+    'rises' pooled and 'no clear change' padding-free.  Mutation killed, run here: per-n subsets (each run's padfree
+    rows at its own n - 1, whose targets differ by n, planted here with a rise): the padding-free verdict rises."""
+    gates = planted_gates(lambda n, p: 0.30 + 0.01 * n, padfree_at=lambda n, p: 0.40)
+    n_max = max(N_STEPS)
+    per_n = []  # the rows a per-n subset would read: padded-free for the run's own window only, targets vary by n
+    for (seed, n), run in gates[gates["scope"] == "padfree"].groupby(["seed", "n_step"]):
+        if n < n_max:
+            per_n.append(run.assign(min_context=n - 1, mean=0.30 + 0.01 * n, count=900 - 40 * n))
+    gates = pd.concat([gates, *per_n], ignore_index=True)
+    rows = positions.padfree_rows(gates)
+    assert set(rows["min_context"]) == {n_max - 1} and set(rows["tokens"]) == {500}
+    t = effects.gate_family(gates)["trends"].iloc[0]
+    assert t["direction"] == "rises" and t["padding_free"] == "no clear change"
+    assert t["padding_free_at_matched_lags"] == "no clear change" and t["padfree_targets"] == 500
+
+    def per_n_subsets(g):  # the mutant: each run's own padding-free rows
+        d = g[(g["scope"] == "padfree") & (g["min_context"] == g["n_step"] - 1)]
+        return d.assign(position=d["index"].astype(int), tokens=d["count"].astype(float))
+
+    monkeypatch.setattr(positions, "padfree_rows", per_n_subsets)
+    assert effects.gate_family(gates)["trends"].iloc[0]["padding_free"] == "rises"
+
+
+def interval_problems(fam: dict) -> list[str]:
+    """Every Holm verdict of the family against the simultaneous interval printed beside it: an interval that
+    excludes 0 must sit beside a claim (never beside 'no clear ...')."""
+    out = []
+    checks = [("steps", "diff", "sim", "verdict"), ("positions", "slope", "sim", "verdict")]
+    checks += [("trends", f"{p}_slope", f"{p}_sim", v) for v, p in effects.VERDICTS.items()]
+    for table, _, sim, verdict in checks:
+        f = fam[table]
+        excludes = (f[f"{sim}_low"] > 0) | (f[f"{sim}_high"] < 0)
+        for i in f.index[excludes & f[verdict].str.startswith("no clear")]:
+            out.append(f"{table}[{i}]: [{f.loc[i, sim + '_low']:.4g}, {f.loc[i, sim + '_high']:.4g}] beside "
+                       f"{f.loc[i, verdict]!r}")
+    return out
+
+
+def test_the_printed_interval_agrees_with_the_holm_verdict(monkeypatch, tmp_path):
+    """Noisy planted data where some position slopes have a raw p below 0.05 and a Holm-adjusted one above: their
+    marginal 95% intervals exclude 0, the simultaneous ones printed beside the verdicts do not, and every interval
+    that excludes 0 sits beside a claim; the printed table shows the simultaneous interval (hand computation:
+    est ± t(1 - 0.05/(2m), df)·se).  Mutation killed, run here: unadjusted intervals (effects.simultaneous returning
+    the marginal interval): an interval that excludes 0 then sits beside 'no clear trend'."""
+    from lmgrid.analysis import findings
+
+    gates = planted_gates(lambda n, p: 0.30 + 0.004 * n + 0.01 * p, noise=0.01)
+    fam = effects.gate_family(gates)
+    pp = fam["positions"]
+    holm_only = pp[(pp["p"] < effects.ALPHA) & (pp["p_holm"] >= effects.ALPHA)]
+    assert len(holm_only) and ((holm_only["ci_low"] > 0) | (holm_only["ci_high"] < 0)).any()
+    assert interval_problems(fam) == []
+    r = pp.iloc[0]
+    m = int(r["family_tests"])
+    se = (r["ci_high"] - r["slope"]) / stats.t.ppf(0.975, r["df"])
+    half = stats.t.ppf(1 - 0.05 / (2 * m), r["df"]) * se
+    assert (r["sim_low"], r["sim_high"]) == pytest.approx((r["slope"] - half, r["slope"] + half), rel=1e-9)
+    paths = [[str(tmp_path / f"{x}.{e}") for e in ("csv", "md", "tex", "html")] for x in ("ge", "gm", "gp")]
+    findings.write_gate_tables("s", gates, paths[0], paths[1], None, paths[2])
+    assert f"[{r['sim_low']:+.4f}, {r['sim_high']:+.4f}]" in (tmp_path / "gp.md").read_text()
+    impl = effects.impl_differences(impl_runs())  # the implementation contrasts print theirs the same way
+    excludes = (impl["sim_low"] > 0) | (impl["sim_high"] < 0)
+    assert not (excludes & (impl["verdict"] == "no clear difference")).any() and excludes.any()
+
+    monkeypatch.setattr(effects, "simultaneous", lambda est, lo, hi, df, m: (np.asarray(lo, float),
+                                                                             np.asarray(hi, float)))
+    assert interval_problems(effects.gate_family(gates)) != []

@@ -1,6 +1,7 @@
 """Gate statistics count real tokens only: no window <s> padding, no stream tail padding; g saturation is |g|>0.9."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lmgrid.run.gate_facts import saturation_bounds
@@ -124,3 +125,104 @@ def test_the_gate_pass_runs_the_output_layer_on_one_position_only():
     real = x != BOS
     got = next(r for r in rows_by(rows, "all") if r["gate"] == "i" and r["layer"] == 0)
     assert abs(got["mean"] - acts["i"][0][real].double().mean().item()) < 1e-9
+
+
+def _study_rows(sents, n_steps=(3, 5, 9)):
+    """gates.csv rows of a real gate pass (padfree rows included) at each n_step, as one study's frame, with the
+    model and its windows of each n."""
+    import pandas as pd
+
+    frames, runs = [], {}
+    for n in n_steps:
+        x, y = window_examples(sents, n, BOS, EOS)
+        model = lstm(n_step=n)
+        rows = gates.collect(model, [(x[:23], y[:23]), (x[23:], y[23:])], "window", "cpu", bos=BOS,
+                             preceding=gates.preceding_words(sents))
+        frames.append(pd.DataFrame(rows).assign(model="lstm", layers=1, seed=1, n_step=n, regime="window"))
+        runs[n] = (model, x)
+    return pd.concat(frames, ignore_index=True), runs
+
+
+def _varied_sentences():
+    g = torch.Generator().manual_seed(4)
+    return [torch.randint(4, V, (int(torch.randint(1, 15, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(10)]  # 1..14 words: some targets have 8 words before them, many fewer
+
+
+def padfree_problems(study, runs, sents) -> list[str]:
+    """The study's padding-free rows (positions.padfree_rows: min_context 8 for a largest n of 9) against a hand
+    computation: at every n and position, exactly the targets with at least 8 words before them, and the gate i's
+    mean, standard deviation and right-saturated share over their windows at that position from the raw
+    activations."""
+    from lmgrid.analysis import positions
+
+    keep = gates.preceding_words(sents) >= 8
+    out = []
+    rows = positions.padfree_rows(study)
+    for n, (model, x) in runs.items():
+        _, _, acts = model(x, return_gates=True)
+        for t in range(n - 1):
+            r = rows[(rows["n_step"] == n) & (rows["gate"] == "i") & (rows["layer"] == 0) & (rows["position"] == t)]
+            vals = acts["i"][0][keep][:, t].double()
+            want, sd, right = vals.mean().item(), vals.std(unbiased=False).item(), (vals > 0.9).double().mean().item()
+            got = (r["mean"].iloc[0], r["std"].iloc[0], r["frac_right_saturated"].iloc[0]) if len(r) == 1 else ()
+            if r["tokens"].tolist() != [int(keep.sum())] or got != pytest.approx((want, sd, right), abs=1e-9):
+                out.append(f"n {n}, position {t}: {r[['tokens', 'mean']].to_dict('records')} against "
+                           f"{int(keep.sum())} targets, mean {want:.6g}")
+    return out
+
+
+def test_padfree_rows_hold_the_same_targets_at_every_n(monkeypatch):
+    """A real gate pass at n_step 3, 5 and 9 on sentences of 1..14 words: the study's padding-free rows (the targets
+    with at least 8 words before them) hold the same targets at every n and position, and their means are those of
+    the raw activations over exactly those targets.  Mutation killed, run here: per-n subsets (the pass files every
+    target whose own window is unpadded under every min_context, GateStats._buckets putting each in the last
+    bucket): at n 3 and 5 the rows then hold targets with fewer than 8 words before them."""
+    sents = _varied_sentences()
+    keep = gates.preceding_words(sents) >= 8
+    assert 0 < int(keep.sum()) < len(keep)  # some targets are padding-free at n 9, some are not
+    study, runs = _study_rows(sents)
+    assert padfree_problems(study, runs, sents) == []
+    # thresholds from the smallest run's n - 1 up to the longest sentence's (a row of no target is not written)
+    top = min(max(len(s) for s in sents), gates.MAX_PADFREE_CONTEXT)
+    assert set(study.loc[study["scope"] == "padfree", "min_context"]) == set(range(2, top + 1))
+
+    real = gates.GateStats._buckets
+
+    def per_n(self, x):
+        b = real(self, x)
+        if b is None:
+            return b
+        out = torch.zeros_like(b)
+        out[:, -1] = b.sum(1)
+        return out
+
+    monkeypatch.setattr(gates.GateStats, "_buckets", per_n)
+    study, runs = _study_rows(sents)
+    assert padfree_problems(study, runs, sents) != []
+
+
+def test_end_aligned_lag_1_is_the_last_input_at_every_n(monkeypatch):
+    """A real gate pass at n_step 3, 5 and 9: end-aligned (positions.aligned), lag 1's mean is the gate at the
+    window's last input (the token just before the target) at every n, from the raw activations.  Mutation killed,
+    run here: start alignment (aligned returning the start positions): 'lag 1' is then position 1, the last input
+    only at n 3."""
+    from lmgrid.analysis import positions
+
+    sents = _varied_sentences()
+    study, runs = _study_rows(sents)
+
+    def problems():
+        out = []
+        lags = positions.aligned(positions.position_rows(study), "end")
+        for n, (model, x) in runs.items():
+            _, _, acts = model(x, return_gates=True)
+            want = acts["o"][0][x[:, -1] != BOS, -1].double().mean().item()  # a sentence's first target has <s>
+            r = lags[(lags["n_step"] == n) & (lags["gate"] == "o") & (lags["position"] == 1)]
+            if len(r) != 1 or abs(r["mean"].iloc[0] - want) > 1e-9:
+                out.append(f"n {n}: lag 1 {r['mean'].tolist()} against the last input's {want:.6g}")
+        return out
+
+    assert problems() == []
+    monkeypatch.setattr(positions, "aligned", lambda rows, align: rows)
+    assert problems() != []

@@ -81,6 +81,11 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     padded = sum(3 for s in test_sents for j in range(len(s) + 1))
     assert padded != real
     assert {int(g["index"]) for g in gates if g["scope"] == "position"} == {0, 1, 2}
+    # Padding-free rows: at min_context 3 (no padding at this n_step 4) every position holds the targets with at
+    # least 3 words before them, the same count at each position.
+    free = sum(1 for s in test_sents for j in range(len(s) + 1) if j >= 3)
+    assert {int(g["count"]) for g in gates if g["scope"] == "padfree" and g["min_context"] == "3"} == {free}
+    assert {int(g["index"]) for g in gates if g["scope"] == "padfree"} == {0, 1, 2}
     assert len([g for g in gates if g["scope"] == "unit"]) == 2 * 2 * 16
     assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_right_saturated"]) <= 1 for g in gates)
     assert not (tmp_path / "ckpt").joinpath(run_dir.relative_to(tmp_path)).exists()  # cleaned up when done
@@ -334,14 +339,15 @@ def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, 
     bos = data.vocab.index["<s>"]
     calls[:] = [FIT_ENDED]
     nll, n = evaluate(model, data.dataloader("test"), regime, "cpu")
-    rows = gates_mod.collect(model, data.dataloader("test"), regime, "cpu", bos=bos)
+    preceding = gates_mod.preceding_words(data.sentences["test"]) if regime == "window" else None
+    rows = gates_mod.collect(model, data.dataloader("test"), regime, "cpu", bos=bos, preceding=preceding)
     assert _test_passes(calls) != [True] * n_batches  # the two-pass way is caught
     assert n == metrics["test"]["tokens"] and nll == pytest.approx(metrics["test"]["nll_nats"], rel=1e-6)
     on_disk = list(csv.DictReader((run_dir / "gates.csv").open()))
     assert len(on_disk) == len(rows)
-    by_key = {(r["scope"], int(r["layer"]), r["gate"], int(r["index"])): r for r in on_disk}
+    by_key = {(r["scope"], int(r["layer"]), r["gate"], int(r["index"]), int(r["min_context"])): r for r in on_disk}
     for r in rows:
-        got = by_key[(r["scope"], r["layer"], r["gate"], r["index"])]
+        got = by_key[(r["scope"], r["layer"], r["gate"], r["index"], r["min_context"])]
         assert int(got["count"]) == r["count"]
         assert float(got["mean"]) == pytest.approx(r["mean"], abs=1e-5)
 

@@ -159,8 +159,7 @@ def test_katz_and_addk_follow_their_definitions():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_kenlm_scores_our_arpa_like_we_do(method, tmp_path):
-    kenlm = pytest.importorskip("kenlm")
+def test_kenlm_scores_our_arpa_like_we_do(method, tmp_path, kenlm):
     train, test = corpus(500, 7), corpus(60, 8, words=WORDS + ["zebra"])
     for order in (2, 3, 5):
         m = model(train, method, order)
@@ -219,8 +218,7 @@ def test_corpus_without_singletons_falls_back_with_a_warning(caplog):
     assert "fallback discounts" in caplog.text
 
 
-def test_single_token_sentences(tmp_path):
-    kenlm = pytest.importorskip("kenlm")
+def test_single_token_sentences(tmp_path, kenlm):
     train = [["a"], ["b"], ["a", "b"], ["a"]] * 3
     test = [["a"], ["b"], ["c"]]
     finite_everywhere(train, test, order=3)

@@ -40,8 +40,7 @@ def test_mkn_reproduces_the_published_test_ppl(ptb, order):
 
 
 @pytest.mark.slow
-def test_kenlm_scores_our_5gram_arpa_like_we_do(ptb, tmp_path):
-    kenlm = pytest.importorskip("kenlm")
+def test_kenlm_scores_our_5gram_arpa_like_we_do(ptb, tmp_path, kenlm):
     splits, vocab, _ = ptb
     model = mkn(ptb, 5)
     path = tmp_path / "ptb5.arpa"

@@ -140,3 +140,62 @@ def test_status_and_plan_show_each_scale_before_the_config(work, repo, monkeypat
     calls.clear()
     progress.main("plan", ["later.yaml"], "", 2, str(repo / "Snakefile"))  # Negative control: no scales, one table, no headings.
     assert calls == [(["later.yaml"], "")] and "##" not in capsys.readouterr().out
+
+
+def _trend_csv(path, slope: float, noise: float, offset: float = 0.0, rng_seed: int = 0) -> str:
+    """gates_effect.csv of a planted LSTM input gate over 5 seeds at n 2, 5, 9: each run's pooled mean is
+    0.3 + offset + slope * n + noise, through the real effects.gate_family."""
+    import numpy as np
+
+    from lmgrid.analysis import effects
+
+    rng = np.random.default_rng(rng_seed)
+    rows = [{"model": "lstm", "layers": 1, "regime": "window", "layer": 0, "gate": "i", "scope": "all", "index": -1,
+             "seed": s, "n_step": n, "mean": 0.3 + offset + slope * n + noise * rng.standard_normal(), "count": 1000}
+            for s in range(1, 6) for n in (2, 5, 9)]
+    effects.gate_family(pd.DataFrame(rows))["trends"].to_csv(path, index=False)
+    return str(path)
+
+
+def test_the_scale_by_n_interaction_is_tested_not_read_from_verdicts(tmp_path, monkeypatch):
+    """The scale x n interaction, tested directly (scales.interactions): a slope twice as steep at the second scale
+    is an interaction although both scales say 'rises' (their verdict words agree); a parallel shift (the same slope,
+    0.1 higher, and noisy enough that its own verdict is 'no clear trend') is none although the verdict words
+    differ.  The Welch difference is checked by hand from the two scales' per-seed slope summaries.  Mutation killed,
+    run here: an interaction read from the verdict words (interactions replaced by 'differs' where they differ)."""
+    from scipy import stats
+
+    from lmgrid.orchestration import scales
+
+    base = _trend_csv(tmp_path / "a.csv", 0.010, 0.001, rng_seed=1)
+    steeper = _trend_csv(tmp_path / "b.csv", 0.020, 0.001, rng_seed=2)
+    shifted = _trend_csv(tmp_path / "c.csv", 0.010, 0.06, offset=0.1, rng_seed=3)
+
+    def answer(second):
+        rows = compare([("ptb", "gates", base), ("ptb-full", "gates", second)]).set_index("scale")
+        return rows.loc["ptb-full"], rows
+
+    inter, rows = answer(steeper)
+    assert rows.loc["ptb", "direction"] == inter["direction"] == "rises" and inter["agree_pooled"] == "yes"
+    assert inter["interaction_pooled"] == "slope on n higher at ptb-full than at ptb"
+    a, b = rows.loc["ptb"], inter
+    se = [(r["slope_ci_high"] - r["slope_per_nstep"]) / stats.t.ppf(0.975, r["slope_df"]) for r in (a, b)]
+    t = stats.ttest_ind_from_stats(b["slope_per_nstep"], se[1] * 5 ** 0.5, 5, a["slope_per_nstep"], se[0] * 5 ** 0.5,
+                                   5, equal_var=False)
+    assert inter["pooled_diff"] == pytest.approx(b["slope_per_nstep"] - a["slope_per_nstep"])
+    assert inter["pooled_diff_p"] == pytest.approx(t.pvalue, rel=1e-6)
+    assert inter["pooled_diff_sim_low"] > 0  # the simultaneous interval beside the claim excludes 0
+    parallel, _ = answer(shifted)
+    assert parallel["direction"] == "no clear trend" and parallel["agree_pooled"] == "no"
+    assert parallel["interaction_pooled"] == "no clear difference"
+    assert parallel["pooled_diff_sim_low"] <= 0 <= parallel["pooled_diff_sim_high"]
+
+    def by_words(rows, keys):  # the mutant: the verdict words compared
+        rows = rows.copy()
+        rows["interaction_pooled"] = rows.groupby(keys)["direction"].transform(
+            lambda v: "no clear difference" if v.nunique() == 1 else "differs")
+        return rows
+
+    monkeypatch.setattr(scales, "interactions", by_words)
+    assert answer(steeper)[0]["interaction_pooled"] == "no clear difference"  # the mutant misses the interaction
+    assert answer(shifted)[0]["interaction_pooled"] == "differs"  # and sees one in a parallel shift

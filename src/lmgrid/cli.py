@@ -131,7 +131,7 @@ def cmd_oracle(a) -> None:
 def cmd_summary(a) -> None:
     from lmgrid.analysis.summary import write
 
-    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html)
+    write(a.corpus, a.corpus_stats, a.vocab_report, a.oracle, a.metrics, a.csv, a.md, a.html, a.reset)
 
 
 def cmd_reference(a) -> None:
@@ -139,7 +139,7 @@ def cmd_reference(a) -> None:
 
     from lmgrid.analysis.reference import write
 
-    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations)
+    write(json.loads(a.rows), a.metrics, a.csv, a.md, a.tex, a.html, a.combinations, a.reset)
 
 
 def cmd_score(a) -> None:
@@ -164,8 +164,8 @@ def cmd_generate(a) -> None:
 # Subcommands contributed by the stages (model families, test time, analysis, tracking, orchestration): each module
 # has `register(subparsers)`.
 PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.analysis.cli", "lmgrid.tracking.cli", "lmgrid.embed.cli",
-           "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.orchestration.scales",
-           "lmgrid.analysis.budget")
+           "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.testtime.reset",
+           "lmgrid.orchestration.scales", "lmgrid.analysis.budget")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--vocab-report", required=True, help="vocab_report.json")
     s.add_argument("--oracle", help="oracle.json (synthetic corpora)")
     s.add_argument("--metrics", nargs="*", default=[], help="every run's metrics.json")
+    s.add_argument("--reset", nargs="*", default=[], help="the stream runs' reset_scores.json (lmgrid reset-scores)")
     s.add_argument("--csv", required=True, help="output: summary.csv")
     s.add_argument("--md", required=True, help="output: summary.md")
     s.add_argument("--html", help="also the tables as one HTML page (for the Snakemake report)")
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rows", required=True, help="the config's reference list, as JSON")
     s.add_argument("--metrics", nargs="*", default=[], help="the metrics.json of the runs the rows name")
     s.add_argument("--combinations", nargs="*", default=[], help="result.json of the combinations rows name (combine:)")
+    s.add_argument("--reset", nargs="*", default=[], help="the stream runs' reset_scores.json (lmgrid reset-scores)")
     for ext in ("csv", "md", "tex", "html"):
         s.add_argument(f"--{ext}", required=True, help=f"output: the table as {ext.upper()}")
     s.set_defaults(func=cmd_reference)

@@ -5,6 +5,7 @@ rule summary:
         vocab_report="results/{corpus}/vocab_report.json",
         oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        reset=reset_files(),  # reset.smk: the stream cells' PPL with the state reset at every sentence
     output:
         csv="results/{corpus}/summary.csv",
         md="results/{corpus}/summary.md",
@@ -21,7 +22,7 @@ rule summary:
         brief("{wildcards.corpus}: summary table -> {output.html}")
     shell:
         "lmgrid summary --corpus {wildcards.corpus} --corpus-stats {input.stats} "
-        "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} "
+        "--vocab-report {input.vocab_report} {params.oracle} --metrics {input.metrics} --reset {input.reset} "
         "--csv {output.csv} --md {output.md} --html {output.html} > {log} 2>&1"
 
 
@@ -35,6 +36,7 @@ rule reference:
         combinations=lambda w: [f"results/{w.corpus}/combine/{c}/result.json"
                                 for c, (name, _, _) in COMBINE_RUNS.items()
                                 if name in {r.get("combine") for r in config["reference"]}],
+        reset=reset_files(),  # reset.smk: shown beside our test PPL for stream rows
     output:
         csv="results/{corpus}/reference.csv",
         md="results/{corpus}/reference.md",
@@ -51,5 +53,6 @@ rule reference:
     message:
         brief("{wildcards.corpus}: published figures beside ours -> {output.md}")
     shell:
-        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --combinations {input.combinations} --csv {output.csv} --md {output.md} "
+        "lmgrid reference --rows {params.rows} --metrics {input.metrics} --combinations {input.combinations} "
+        "--reset {input.reset} --csv {output.csv} --md {output.md} "
         "--tex {output.tex} --html {output.html} > {log} 2>&1"

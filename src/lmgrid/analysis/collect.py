@@ -44,7 +44,11 @@ def read_log(path: Path) -> pd.DataFrame:
 
 
 def read_gates(path: Path) -> pd.DataFrame:
+    """A run's gates.csv; a file written before the padding-free rows existed has no `min_context` column: every
+    row it holds is over every target (min_context 0), and it has no padfree rows (docs/contracts.md)."""
     df = _read_csv(path, GATE_COLUMNS)
+    if "min_context" not in df.columns:
+        df["min_context"] = 0
     df["gate"] = df["gate"].astype(str)
     df["scope"] = df["scope"].astype(str)
     return df

@@ -19,8 +19,13 @@ Gate values come from gates.csv (window regime), which holds only gate values th
     `non-monotone` whatever the slope says;
   - Kendall's tau-b between n_step and the runs' gate means over every run, two-sided (scipy.stats.kendalltau),
     a rank check that decides the direction only for a single seed (no interval over seeds).
+  - end-aligned (analysis.positions.aligned): the matched and per-place slope tests with places counted back from
+    the predicted word (lag 1 = the last input at every n), beside the start-aligned ones;
+  - padding-free (analysis.positions.padfree_rows): the pooled, matched-start and matched-end slope tests and the
+    per-place ones on the targets whose window has no padding at any n of the study (the same targets at every n).
   All of a study's gate tests are one family (FAMILY), Holm-adjusted (`holm`); every verdict reads the adjusted
-  p < 0.05.  Intervals are the marginal 95% ones, printed with their method and df.
+  p < 0.05.  The marginal 95% intervals stay in the tables' CSVs (ci_*); beside a verdict the simultaneous ones
+  (`simultaneous`, sim_*) are printed, with their method, df and the family size m.
 * `impl_differences`: each implementation of an architecture against its default (torch = nn.LSTM), on test PPL,
   paired by seed (same seed = same initial weights, see lmgrid.models): mean difference, 95% paired t interval
   (df = seeds - 1) and p, Holm-adjusted over the family of those contrasts.  Each pair once: with torch, cell and
@@ -128,6 +133,11 @@ def _slope_test(runs: pd.DataFrame) -> dict:
     return {"slope": mean, "ci_low": lo, "ci_high": hi, "p": p, "df": df, "seeds": len(slopes)}
 
 
+def _cols(prefix: str, t: dict) -> dict:
+    """A slope test as trend columns <prefix>_slope, _ci_low, _ci_high, _df, _p."""
+    return {f"{prefix}_{k}": t[k] for k in ("slope", "ci_low", "ci_high", "df", "p")}
+
+
 def _verdict(mean: float, p_holm: float, up: str = "rises", down: str = "falls",
              none: str = "no clear trend") -> str:
     if math.isnan(p_holm):
@@ -135,19 +145,74 @@ def _verdict(mean: float, p_holm: float, up: str = "rises", down: str = "falls",
     return (up if mean > 0 else down) if p_holm < ALPHA else none
 
 
+def simultaneous(est, lo, hi, df, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The marginal 95% t intervals [lo, hi] (est ± t(0.975, df)·se) widened to the Bonferroni level 1 - ALPHA/m:
+    est ± t(1 - ALPHA/(2m), df)·se, se read back from the marginal interval.
+
+    Why Bonferroni beside Holm's verdicts: these m intervals hold their parameters all at once with probability
+    >= 95%, and one excludes 0 only where Bonferroni rejects, which Holm (uniformly more powerful) then rejects too:
+    an interval that excludes 0 never sits beside "no clear change".  The converse can fail: Holm's step-down may
+    reject where the Bonferroni interval still touches 0 (the tables mark such a claim "step-down").  Intervals
+    that agree with Holm both ways (Strassburger & Bretz 2008) give a rejected effect only its sign, never a size,
+    so the sizes here are Bonferroni's."""
+    est, lo, hi, df = (np.asarray(v, dtype=float) for v in (est, lo, hi, df))
+    if m < 1 or est.size == 0:
+        return np.full(est.shape, math.nan), np.full(est.shape, math.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = stats.t.ppf(1 - ALPHA / (2 * m), df) / stats.t.ppf(1 - ALPHA / 2, df)
+        half = np.where(hi == lo, 0.0, (hi - est) * scale)
+    return est - half, est + half
+
+
 FAMILY = ("every gate test of the study (one family): per model, layer and gate, the pooled slope's t test, "
-          "Kendall's τ, each step's Welch test, the matched-position slope's t test, the slope beyond the position "
-          "profile, and each position's slope; Holm-adjusted over all of them")
+          "Kendall's τ, each step's Welch test, the slope at matched start positions and at matched end lags, the "
+          "slope beyond the position profile, the padding-free slopes (pooled, matched start positions, matched "
+          "end lags), and each position's and lag's slope (all targets and padding-free); Holm-adjusted over all "
+          "of them")
+
+# The slope tests of a trend row, by column prefix (pooled: slope_per_nstep / slope_*), each Holm-adjusted in the
+# family and given its simultaneous interval <prefix>_sim_low/high.  start/end: matched start positions (0 = the
+# oldest input) / matched end lags (1 = the last input); padfree: only targets with no padding at any n.
+SLOPE_TESTS = ("matched", "end_matched", "beyond", "padfree", "padfree_matched", "padfree_end")
+
+
+def _variant(gp: pd.DataFrame, prefix: str, align: str) -> dict:
+    """The matched-place slope test of one gate's position rows `gp` in an alignment, as trend columns."""
+    from lmgrid.analysis import positions as pos
+
+    rows = pos.aligned(gp, align)
+    return {f"{prefix}_positions": " ".join(map(str, pos.shared_positions(rows))),
+            **_cols(prefix, _slope_test(pos.matched_means(rows)))}
+
+
+def _places(gp: pd.DataFrame, key: dict, align: str, subset: str) -> list[dict]:
+    """Each position (start) or lag (end) on its own: its slope test over the n_steps that have it."""
+    from lmgrid.analysis import positions as pos
+
+    out = []
+    for place, at in pos.aligned(gp, align).groupby("position"):
+        if at["n_step"].nunique() >= 2:
+            out.append({**key, "align": align, "subset": subset, "position": int(place),
+                        "n_steps": " ".join(map(str, sorted(at["n_step"].unique()))),
+                        **_slope_test(at[["seed", "n_step", "mean"]])})
+    return out
+
+
+def _of_gate(rows: pd.DataFrame, model, layers, layer, gate) -> pd.DataFrame:
+    return rows[(rows["model"] == model) & (rows["layers"] == layers) & (rows["layer"] == layer)
+                & (rows["gate"] == gate)]
 
 
 def gate_family(gates: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Every test of the gates against n_step, Holm-adjusted as one family (FAMILY): {"trends": one row per model,
     layer and gate (gates_effect), "steps": one row per n_step against the next, "positions": one row per window
-    position (each position on its own)}.  Each test has its p (two-sided), df and p_holm; verdicts use p_holm."""
+    position (align start) or lag (align end), of all targets or the padding-free ones (subset)}.  Each test has
+    its p (two-sided), df, p_holm and simultaneous interval (sim_low, sim_high; `simultaneous`); verdicts use
+    p_holm."""
     from lmgrid.analysis import positions as pos
 
     df = _gate_rows(gates)
-    prows = pos.position_rows(gates)
+    prows, frows = pos.position_rows(gates), pos.padfree_rows(gates)
     trends, steps, per_pos = [], [], []
     for (model, layers, layer, _, gate), g in df.groupby(["model", "layers", "layer", "gate_rank", "gate"], sort=True):
         n_steps = sorted(int(s) for s in g["n_step"].unique())
@@ -159,18 +224,14 @@ def gate_family(gates: pd.DataFrame) -> dict[str, pd.DataFrame]:
             diff, lo, hi, sp, sdf = welch(g.loc[g["n_step"] == a, "mean"], g.loc[g["n_step"] == b, "mean"])
             steps.append({**key, "step": f"{a}→{b}", "diff": diff, "ci_low": lo, "ci_high": hi, "p": sp, "df": sdf})
         pooled = _slope_test(g[["seed", "n_step", "mean"]])
-        gp = prows[(prows["model"] == model) & (prows["layers"] == layers) & (prows["layer"] == layer)
-                   & (prows["gate"] == gate)]
+        gp, fp = _of_gate(prows, model, layers, layer, gate), _of_gate(frows, model, layers, layer, gate)
         matched = _slope_test(pos.matched_means(gp))
         profile = pos.profile_pooled(gp)
         both = g[["seed", "n_step", "mean"]].merge(profile, on=["seed", "n_step"], suffixes=("", "_profile"))
         beyond = _slope_test(both.assign(mean=both["mean"] - both["mean_profile"]))
         explained = _slope_test(profile)
-        for position, at in gp.groupby("position"):
-            if at["n_step"].nunique() >= 2:
-                t = _slope_test(at[["seed", "n_step", "mean"]])
-                per_pos.append({**key, "position": int(position),
-                                "n_steps": " ".join(map(str, sorted(at["n_step"].unique()))), **t})
+        for align in ("start", "end"):
+            per_pos += _places(gp, key, align, "all") + _places(fp, key, align, "padding-free")
         by_step = g.groupby("n_step")["mean"].mean()
         trends.append({**key, "n_steps": " ".join(map(str, n_steps)), "seeds": int(g["seed"].nunique()),
                        "runs": len(g), "gate_mean_first": float(by_step.iloc[0]),
@@ -178,35 +239,60 @@ def gate_family(gates: pd.DataFrame) -> dict[str, pd.DataFrame]:
                        "slope_per_nstep": pooled["slope"], "slope_ci_low": pooled["ci_low"],
                        "slope_ci_high": pooled["ci_high"], "slope_df": pooled["df"], "slope_p": pooled["p"],
                        "kendall_tau": float(tau), "p_value": float(p),
-                       "matched_positions": " ".join(map(str, pos.shared_positions(gp))),
-                       "matched_slope": matched["slope"], "matched_ci_low": matched["ci_low"],
-                       "matched_ci_high": matched["ci_high"], "matched_df": matched["df"], "matched_p": matched["p"],
+                       "matched_positions": " ".join(map(str, pos.shared_positions(gp))), **_cols("matched", matched),
                        "profile_slope": explained["slope"], "profile_ci_low": explained["ci_low"],
-                       "profile_ci_high": explained["ci_high"],
-                       "beyond_slope": beyond["slope"], "beyond_ci_low": beyond["ci_low"],
-                       "beyond_ci_high": beyond["ci_high"], "beyond_df": beyond["df"], "beyond_p": beyond["p"]})
+                       "profile_ci_high": explained["ci_high"], **_cols("beyond", beyond),
+                       **_variant(gp, "end_matched", "end"),
+                       "padfree_targets": float(_padfree_targets(fp)), **_cols("padfree", _slope_test(
+                           pos.pooled_means(fp))),
+                       **_variant(fp, "padfree_matched", "start"), **_variant(fp, "padfree_end", "end")})
     trends = pd.DataFrame(trends, columns=TREND_COLUMNS)
     steps = pd.DataFrame(steps, columns=KEYS + ["step", "diff", "ci_low", "ci_high", "p", "df"])
-    per_pos = pd.DataFrame(per_pos, columns=KEYS + ["position", "n_steps", "slope", "ci_low", "ci_high", "p", "df",
-                                                     "seeds"])
-    tests = [(trends, "slope_p", "slope_p_holm"), (trends, "p_value", "kendall_p_holm"),
-             (trends, "matched_p", "matched_p_holm"), (trends, "beyond_p", "beyond_p_holm"), (steps, "p", "p_holm"),
-             (per_pos, "p", "p_holm")]
-    adjusted = holm(np.concatenate([frame[col].to_numpy(float) for frame, col, _ in tests]))
+    per_pos = pd.DataFrame(per_pos, columns=KEYS + ["align", "subset", "position", "n_steps", "slope", "ci_low",
+                                                     "ci_high", "p", "df", "seeds"])
+    # (table, p, p_holm, estimate, interval prefix or None for Kendall's τ, which has no interval)
+    tests = ([(trends, "slope_p", "slope_p_holm", "slope_per_nstep", "slope"),
+              (trends, "p_value", "kendall_p_holm", None, None)]
+             + [(trends, f"{t}_p", f"{t}_p_holm", f"{t}_slope", t) for t in SLOPE_TESTS]
+             + [(steps, "p", "p_holm", "diff", ""), (per_pos, "p", "p_holm", "slope", "")])
+    raw = np.concatenate([frame[col].to_numpy(float) for frame, col, *_ in tests])
+    adjusted, m = holm(raw), int(np.count_nonzero(~np.isnan(raw)))
     at = 0
-    for frame, col, out in tests:
+    for frame, col, out, est, prefix in tests:
         frame[out] = adjusted[at:at + len(frame)]
         at += len(frame)
+        if est is not None:
+            ci = f"{prefix}_ci" if prefix else "ci"
+            lo, hi = simultaneous(frame[est], frame[f"{ci}_low"], frame[f"{ci}_high"], frame[f"{prefix}_df" if prefix
+                                                                                         else "df"], m)
+            sim = f"{prefix}_sim" if prefix else "sim"
+            frame[f"{sim}_low"], frame[f"{sim}_high"] = lo, hi
+    for frame in (trends, steps, per_pos):
+        frame["family_tests"] = m
     _directions(trends, steps, per_pos)
     return {"trends": trends, "steps": steps, "positions": per_pos}
 
 
-TREND_COLUMNS = KEYS[:1] + ["layers", "layer", "gate", "n_steps", "seeds", "runs", "gate_mean_first",
-                            "gate_mean_last", "slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df",
-                            "slope_p", "kendall_tau", "p_value", "matched_positions", "matched_slope",
-                            "matched_ci_low", "matched_ci_high", "matched_df", "matched_p", "profile_slope",
-                            "profile_ci_low", "profile_ci_high", "beyond_slope", "beyond_ci_low", "beyond_ci_high",
-                            "beyond_df", "beyond_p"]
+def _padfree_targets(fp: pd.DataFrame) -> float:
+    """The padding-free targets per run (each position of a run counts them once; the forget gate lacks position
+    0): the mean over runs of a run's largest position count, NaN without padfree rows."""
+    if fp.empty:
+        return math.nan
+    return float(fp.groupby(["seed", "n_step"])["tokens"].max().mean())
+
+
+def _slope_columns(prefix: str, positions: bool = False) -> list[str]:
+    return ([f"{prefix}_positions"] if positions else []) + [f"{prefix}_{k}" for k in ("slope", "ci_low", "ci_high",
+                                                                                         "df", "p")]
+
+
+TREND_COLUMNS = (KEYS[:1] + ["layers", "layer", "gate", "n_steps", "seeds", "runs", "gate_mean_first",
+                             "gate_mean_last", "slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df",
+                             "slope_p", "kendall_tau", "p_value"]
+                 + _slope_columns("matched", True) + ["profile_slope", "profile_ci_low", "profile_ci_high"]
+                 + _slope_columns("beyond") + _slope_columns("end_matched", True) + ["padfree_targets"]
+                 + _slope_columns("padfree") + _slope_columns("padfree_matched", True)
+                 + _slope_columns("padfree_end", True))
 
 
 def non_monotone(step_verdicts: pd.Series) -> bool:
@@ -214,13 +300,18 @@ def non_monotone(step_verdicts: pd.Series) -> bool:
     return bool((step_verdicts == "up").any() and (step_verdicts == "down").any())
 
 
+# The trend row's verdict columns beyond the pooled direction: (column, slope test prefix).
+VERDICTS = {"at_matched_positions": "matched", "at_matched_lags": "end_matched", "padding_free": "padfree",
+            "padding_free_at_matched_positions": "padfree_matched", "padding_free_at_matched_lags": "padfree_end"}
+
+
 def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame) -> None:
     """Verdicts from Holm-adjusted p-values.  direction (pooled): `non-monotone` when a step rises and another falls
-    (each significant), else the slope test's (several seeds) or Kendall's (one seed); at_matched_positions: the
-    matched slope's; position_profile: whether the pooled trend is what the position profile predicts."""
+    (each significant), else the slope test's (several seeds) or Kendall's (one seed); VERDICTS: each slope test's;
+    position_profile: whether the pooled trend is what the position profile predicts."""
     steps["verdict"] = [_verdict(d, p, "up", "down", "no clear change") for d, p in zip(steps["diff"], steps["p_holm"])]
     per_pos["verdict"] = [_verdict(m, p) for m, p in zip(per_pos["slope"], per_pos["p_holm"])]
-    direction, matched, profile = [], [], []
+    direction, profile = [], []
     for t in trends.itertuples():
         mine = steps[(steps["model"] == t.model) & (steps["layers"] == t.layers) & (steps["layer"] == t.layer)
                      & (steps["gate"] == t.gate)]["verdict"]
@@ -233,12 +324,14 @@ def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame
         else:
             d = "no monotone trend"
         direction.append(d)
-        matched.append(_verdict(t.matched_slope, t.matched_p_holm, none="no clear change"))
         if d not in ("rises", "falls") or math.isnan(t.beyond_p_holm):
             profile.append("n/a" if math.isnan(t.beyond_p_holm) else "no pooled trend to explain")
         else:
             profile.append("beyond the position profile" if t.beyond_p_holm < ALPHA else "a position profile")
-    trends["direction"], trends["at_matched_positions"], trends["position_profile"] = direction, matched, profile
+    trends["direction"], trends["position_profile"] = direction, profile
+    for column, prefix in VERDICTS.items():
+        trends[column] = [_verdict(m, p, none="no clear change") for m, p in
+                          zip(trends[f"{prefix}_slope"], trends[f"{prefix}_p_holm"])]
 
 
 def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
@@ -246,13 +339,15 @@ def gate_trends(gates: pd.DataFrame) -> pd.DataFrame:
     return gate_family(gates)["trends"]
 
 
-def gate_position_means(gates: pd.DataFrame) -> pd.DataFrame:
-    """Per model, layer, gate, n_step and window position: mean over seeds of each run's mean there, with its 95% t
-    interval over seeds (df = seeds - 1; none with one seed) (the gates_vs_position figure)."""
+def gate_position_means(gates: pd.DataFrame, align: str = "start", subset: str = "all") -> pd.DataFrame:
+    """Per model, layer, gate, n_step and window position (align start: 0 = the oldest input) or lag (align end:
+    1 = the last input), over every target (subset all) or the padding-free ones (padfree): mean over seeds of each
+    run's mean there, with its 95% t interval over seeds (df = seeds - 1; none with one seed) (the gates_vs_position
+    figures)."""
     from lmgrid.analysis.positions import position_means
 
     rows = []
-    for (model, layers, layer, gate, n_step, position), g in position_means(gates).groupby(
+    for (model, layers, layer, gate, n_step, position), g in position_means(gates, align, subset).groupby(
             ["model", "layers", "layer", "gate", "n_step", "position"], sort=True):
         lo, hi = t_interval(g["mean"])
         rows.append({"model": model, "layers": int(layers), "layer": int(layer), "gate": gate, "n_step": int(n_step),
@@ -287,6 +382,11 @@ def impl_differences(runs: pd.DataFrame, metric: str = "test_ppl") -> pd.DataFra
     out = pd.DataFrame(rows, columns=["arch", "n_step", "layers", "regime", "impl_a", "impl_b", "seeds",
                                       f"{metric}_a", f"{metric}_b", "diff_b_minus_a", "ci_low", "ci_high", "df", "p"])
     out["p_holm"] = holm(out["p"].to_numpy(float)) if len(out) else []
+    # beside the Holm verdicts, the simultaneous intervals over the same contrasts (`simultaneous` says why)
+    m = int(np.count_nonzero(~np.isnan(out["p"].to_numpy(float))))
+    out["sim_low"], out["sim_high"] = (simultaneous(out["diff_b_minus_a"], out["ci_low"], out["ci_high"], out["df"], m)
+                                       if len(out) else ([], []))
+    out["family_tests"] = m
     out["verdict"] = [("one seed: no claim" if s < 2 else f"{b} higher" if ph < ALPHA and d > 0 else
                        f"{b} lower" if ph < ALPHA else "no clear difference")
                       for s, b, d, ph in zip(out["seeds"], out["impl_b"], out["diff_b_minus_a"], out["p_holm"])]

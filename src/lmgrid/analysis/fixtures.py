@@ -97,18 +97,24 @@ def write_gates(path: Path, key: RunKey, rng: np.random.Generator, units: int) -
             if gate == "f" and key.regime == "window" and key.n_step == 2:
                 continue  # every f value multiplies the zero cell state: none has an effect (neural.gates)
             trend = {"f": 0.02, "i": -0.015, "z": -0.01}.get(gate, 0.0)
-            mean = (0.0 if gate == "g" else 0.5) + trend * n + 0.002 * rng.standard_normal()
+            # noise small enough that a planted trend survives Holm over a study's whole gate family (about 70 tests
+            # with the end-aligned and padding-free ones, at df 2 with 3 seeds)
+            mean = (0.0 if gate == "g" else 0.5) + trend * n + 0.0005 * rng.standard_normal()
             lo, hi = max(0.02, 0.3 - trend * 5 * n), min(0.9, 0.2 + trend * 5 * n + 0.1)
-            rows.append(["all", layer, gate, -1, mean, 0.2, lo, hi, 1000 * units])
+            rows.append(["all", layer, gate, -1, mean, 0.2, lo, hi, 1000 * units, 0])
             if key.regime == "window":  # input positions 0..n_step-2; f has no effect at 0 (neural.gates)
                 for pos in range(1 if gate == "f" else 0, key.n_step - 1):
-                    rows.append(["position", layer, gate, pos, mean + 0.01 * pos, 0.2, lo, hi, 1000 * units])
+                    rows.append(["position", layer, gate, pos, mean + 0.01 * pos, 0.2, lo, hi, 1000 * units, 0])
+                    for context in range(key.n_step - 1, 9):  # padding-free rows up to a study max n_step of 9
+                        rows.append(["padfree", layer, gate, pos, mean + 0.01 * pos - 0.001 * context, 0.2, lo, hi,
+                                     800 - 50 * context, context])
             for u in range(units):
                 below, above = rng.uniform(0, 0.5, 2)
-                rows.append(["unit", layer, gate, u, mean, 0.2, round(below, 4), round(above, 4), 1000])
+                rows.append(["unit", layer, gate, u, mean, 0.2, round(below, 4), round(above, 4), 1000, 0])
     with atomic_write(path) as fh:
         w = csv.writer(fh)
-        w.writerow(["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated", "count"])
+        w.writerow(["scope", "layer", "gate", "index", "mean", "std", "frac_left_saturated", "frac_right_saturated", "count",
+                    "min_context"])
         for r in rows:
             w.writerow([f"{v:.6f}" if isinstance(v, float) else v for v in r])
 

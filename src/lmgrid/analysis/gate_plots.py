@@ -57,19 +57,27 @@ def gate_means(gates: pd.DataFrame, stem: str, column: bool = False) -> list[str
     return plots.save(fig, stem)
 
 
+ALIGN_LABELS = {"start": "start-aligned: position\n(0 = oldest input)",
+                "end": "end-aligned: lag\n(1 = last input)"}
+
+
 @plots.paper_style
 def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
-    """Mean gate activation against the window position it is read at (0 = the window's oldest input token), one
-    line per n_step, one panel per model, gate and layer (layers from 1); error bars: the 95% t interval over seeds
-    (df = seeds - 1; none with one seed).  Lines that lie on each other and rise with position make a pooled trend
-    with n_step a position profile (analysis.positions).  One legend for the figure."""
+    """Mean gate activation against where in the window it is read, one line per n_step, two panels per model, gate
+    and layer (layers from 1): start-aligned (x: window position, 0 = the window's oldest input token) and
+    end-aligned (x: lag back from the predicted word, 1 = the last input, drawn on the right so that both panels put
+    the last input there); error bars: the 95% t interval over seeds (df = seeds - 1; none with one seed).  Start-
+    aligned lines that lie on each other and rise with position make a pooled trend with n_step a position profile
+    (analysis.positions); end-aligned lines apart at one lag are an n effect at the same distance from the target.
+    One legend for the figure."""
     from lmgrid.analysis.effects import gate_position_means
 
-    df = gate_position_means(gates)
+    df = pd.concat([gate_position_means(gates, align).assign(align=align) for align in ALIGN_LABELS],
+                   ignore_index=True)
     rank = {g: i for i, g in enumerate(GATE_ORDER)}
-    panels = sorted({(m, int(layers), int(layer), g) for m, layers, layer, g in
-                     zip(df["model"], df["layers"], df["layer"], df["gate"])},
-                    key=lambda p: (names.rank(p[0]), p[1], rank.get(p[3], 99), p[2]))
+    panels = sorted({(m, int(layers), int(layer), g, a) for m, layers, layer, g, a in
+                     zip(df["model"], df["layers"], df["layer"], df["gate"], df["align"])},
+                    key=lambda p: (names.rank(p[0]), p[1], rank.get(p[3], 99), p[2], p[4] == "end"))
     steps = sorted(df["n_step"].unique())
     cmap = plt.get_cmap("viridis")
     colours = {n: cmap(i / max(len(steps) - 1, 1)) for i, n in enumerate(steps)}
@@ -80,20 +88,24 @@ def gate_positions(gates: pd.DataFrame, stem: str) -> list[str]:
     many_layers = df["layer"].nunique() > 1
     fig, axes = plots._grid(len(panels), 1.6, ncols_max=4, extra_h=0.15)
     handles = {}
-    for ax, (model, layers, layer, gate) in zip(axes, panels):
-        p = df[(df["model"] == model) & (df["layers"] == layers) & (df["layer"] == layer) & (df["gate"] == gate)]
+    for ax, (model, layers, layer, gate, align) in zip(axes, panels):
+        p = df[(df["model"] == model) & (df["layers"] == layers) & (df["layer"] == layer) & (df["gate"] == gate)
+               & (df["align"] == align)]
         for n, per in p.groupby("n_step"):
             yerr = [per["mean"] - per["ci_low"], per["ci_high"] - per["mean"]]
             handles[n] = plots._bars(ax, per["position"], per["mean"], yerr, per["seeds"], marker="o", ms=2.5,
-                               color=colours[n], label=f"n = {n}")
+                                     color=colours[n], label=f"n = {n}")
         where = f", layer {layer + 1}" if many_layers else ""
         where += f" of {layers}" if many_depths else ""
         ax.set_title(f"{names.display(model)}: {GATE_NAMES.get(gate, gate)}{where}")
+        ax.set_xlabel(ALIGN_LABELS[align], fontsize=plots.PAPER_STYLE["xtick.labelsize"])
+        if align == "end":
+            ax.invert_xaxis()
         ax.xaxis.get_major_locator().set_params(integer=True)
-    fig.supxlabel("window position (0 = oldest input token)", fontsize=plots.PAPER_STYLE["axes.labelsize"])
     fig.supylabel("mean gate activation", fontsize=plots.PAPER_STYLE["axes.labelsize"])
+    # six entries fit across four panels, three across the two of a one-gate study
     fig.legend(handles=[handles[n] for n in steps if n in handles], loc="outside upper center",
-               ncol=min(len(handles), 6))
+               ncol=min(len(handles), 6 if len(panels) >= 4 else 3))
     return plots.save(fig, stem)
 
 

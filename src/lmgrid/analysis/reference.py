@@ -19,6 +19,10 @@ comparable row only, a verdict that needs the whole interval on one side.  The p
 [141.15, 141.25]): `beats` (interval below it), `behind` (above), `no difference shown` (overlapping).  A row
 with `tolerance` (a reproduction, e.g. 0.03) asks for the interval inside published x (1 +- tolerance):
 `within +-3%`, `outside +-3%`, `undecided`.  One seed of a neural model gives no interval and no claim.
+
+`test_ppl_reset_mean`: for a row of stream-regime runs, the mean over the same runs of their test PPL with the state
+reset at every sentence start (reset_scores.json, lmgrid.testtime.reset); empty for window runs (scored per sentence
+already) and combinations.  It is shown beside our test PPL, takes no part in the verdict.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import pandas as pd
 from lmgrid.analysis.effects import t_interval
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write, read_json
+from lmgrid.run import reset_scores
 from lmgrid.run.record import RunRecord
 from lmgrid.run.key import NGRAM_ARCHS
 
@@ -43,8 +48,8 @@ NEEDED = {"neural": ("hidden_dim", "layers", "dropout", "tie_weights", "output")
 NOT_RUN = "not run here"
 YES, NO, UNKNOWN = "yes", "no", "setting unknown"
 COLUMNS = ["model", "published_test_ppl", "source", "comparable", "ours", "seeds", "test_ppl_mean", "test_ppl_std",
-           "ci95_low", "ci95_high", "verdict", "difference", "valid_ppl_mean", "params", "published_params",
-           "stopped_because", "train_wall_s", "hardware", *(f"ours_{k}" for k in SETTING_KEYS), *(f"published_{k}" for k in SETTING_KEYS)]
+           "ci95_low", "ci95_high", "test_ppl_reset_mean", "verdict", "difference", "valid_ppl_mean", "params",
+           "published_params", "stopped_because", "train_wall_s", "hardware", *(f"ours_{k}" for k in SETTING_KEYS), *(f"published_{k}" for k in SETTING_KEYS)]
 
 
 def _matches(metrics: dict, want: dict) -> bool:
@@ -142,9 +147,19 @@ def _combination_row(row: dict, ref: dict, setting: dict, results: list[dict], b
             **{f"ours_{k}": _values(neural, k) for k in SETTING_KEYS}}
 
 
-def reference_table(rows: list[dict], metrics_paths: list[str], combination_paths: list[str] = ()) -> pd.DataFrame:
+def _reset_mean(hits: list[dict], reset: dict[int, float]) -> float:
+    """The runs' mean reset test PPL, when every one of them has one (else NaN: never a mean over some seeds)."""
+    values = [reset.get(id(m), math.nan) for m in hits]
+    return sum(values) / len(values) if values and not any(math.isnan(v) for v in values) else math.nan
+
+
+def reference_table(rows: list[dict], metrics_paths: list[str], combination_paths: list[str] = (),
+                    reset_paths: list[str] = ()) -> pd.DataFrame:
     # Checked run records, matched on their fields by name (the rules above read the file's keys).
     runs = [RunRecord.read(p).results() for p in metrics_paths]
+    reset_by_dir = {Path(p).parent.resolve(): reset_scores.read(p)["test_ppl_reset"] for p in reset_paths}
+    reset = {id(m): reset_by_dir[Path(p).parent.resolve()] for p, m in zip(metrics_paths, runs)
+             if Path(p).parent.resolve() in reset_by_dir}
     by_dir = {str(Path(p).parent): m for p, m in zip(metrics_paths, runs)}
     combos: dict[str, list[dict]] = {}  # a combination's runs, one per seed (lmgrid.testtime.combine.select)
     for r in (read_json(p) for p in combination_paths):
@@ -183,7 +198,7 @@ def reference_table(rows: list[dict], metrics_paths: list[str], combination_path
         out.append({**row, "comparable": comparable,
                     "ours": " ".join(f"{k}={first[k]}" for k in MATCH_KEYS if k in first),
                     "seeds": len(hits), "test_ppl_mean": mean, "test_ppl_std": test.std() if len(hits) > 1 else math.nan,
-                    "ci95_low": low, "ci95_high": high,
+                    "ci95_low": low, "ci95_high": high, "test_ppl_reset_mean": _reset_mean(hits, reset),
                     "verdict": verdict(comparable, low, high, mean, ref["published_test_ppl"], ref.get("tolerance")),
                     "difference": mean - ref["published_test_ppl"],
                     "valid_ppl_mean": sum(m["valid"]["ppl"] for m in hits) / len(hits),
@@ -231,6 +246,7 @@ def _display(table: pd.DataFrame) -> pd.DataFrame:
         "model": table["model"], "published": table["published_test_ppl"].map(lambda v: f"{v:g}"),
         "source": table["source"], "comparable": table["comparable"].fillna(""),
         "ours (test)": [ours(r) for _, r in rows], "95% CI": [interval(r) for _, r in rows],
+        "ours (reset)": table["test_ppl_reset_mean"].map(lambda v: _num(v, ".1f")),
         "verdict": table["verdict"].fillna(""), "seeds": table["seeds"].map(lambda v: _num(v, ".0f")),
         **{h: [_setting_cell(r[f"ours_{k}"], r[f"published_{k}"]) for _, r in rows] for k, h in SETTING_HEADERS.items()},
         "stop": table["stopped_because"].fillna(""),
@@ -247,6 +263,8 @@ CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â
            "within a reproduction's tolerance) is given only for comparable rows and needs the whole interval on "
            "one side of the published figure, read at its printed precision. Difference: ours minus published. "
            "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here. "
+           "Ours (reset): stream models' mean test perplexity with the state reset at every sentence start (each "
+           "sentence scored alone, as window models are); no verdict is drawn on it. "
            "A combination row (lmgrid.testtime.combine) holds its mixture's runs, one per seed (component i from "
            "seed s), as mean Â± std with the t interval and a verdict as for a model (one run: no interval, no "
            "verdict); its valid PPL is in-sample (settings and weights fitted on valid); its setting columns are its "
@@ -254,10 +272,10 @@ CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â
 
 
 def write(rows: list[dict], metrics_paths: list[str], csv_out: str, md_out: str, tex_out: str, html_out: str,
-          combination_paths: list[str] = ()) -> None:
+          combination_paths: list[str] = (), reset_paths: list[str] = ()) -> None:
     from lmgrid.analysis.tables import html_page
 
-    table = reference_table(rows, metrics_paths, combination_paths)
+    table = reference_table(rows, metrics_paths, combination_paths, reset_paths)
     with atomic_write(csv_out) as fh:
         table.to_csv(fh, index=False, float_format="%.4f")
     show = _display(table)

@@ -1,16 +1,44 @@
-"""The per-corpus results table: corpus and vocabulary statistics, the oracle, and every model run."""
+"""The per-corpus results table: corpus and vocabulary statistics, the oracle, and every model run.
+
+`test_ppl_reset`: a stream-regime neural run's test PPL with its state reset at every sentence start (its
+reset_scores.json, lmgrid.testtime.reset), beside its `test_ppl`, which carries the state across sentences.  Window
+rows (n-grams, FFNN, window networks) and the oracle leave it empty: they are scored per sentence already, so their
+`test_ppl` is the figure to read beside a stream row's `test_ppl_reset`.
+"""
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import pandas as pd
 
+from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write, read_json
+from lmgrid.run import reset_scores
 from lmgrid.run.record import KEY_FIELDS, RunRecord
 
 PPL_COLUMNS = ["model", "arch", "impl", "n_step", "layers", "regime", "seed",
-               "valid_ppl", "test_ppl", "valid_tokens", "test_tokens", "params"]
+               "valid_ppl", "test_ppl", "test_ppl_reset", "valid_tokens", "test_tokens", "params"]
+RESET_NOTE = ("Test PPL (reset): a stream model's test perplexity with its state reset at every sentence start, "
+              "each sentence scored alone from a zero state after one `</s>` (the same counted tokens); its Test PPL "
+              "carries the state across sentences. Window models (n-grams, FFNN, window networks) are scored per "
+              "sentence already and leave it empty: their Test PPL is the one to compare.")
 
 
-def ppl_table(oracle_path: str | None, metrics_paths: list[str]) -> pd.DataFrame:
+def _reset_by_run(reset_paths: list[str], metrics_paths: list[str]) -> dict[Path, float]:
+    """Run folder -> test_ppl_reset, from reset_scores.json files that sit in the folders of the given runs."""
+    runs = {Path(p).parent.resolve() for p in metrics_paths}
+    out = {}
+    for p in reset_paths:
+        folder = Path(p).parent.resolve()
+        if folder not in runs:
+            raise LmgridError(f"{p}: a reset file of no run in --metrics")
+        out[folder] = reset_scores.read(p)["test_ppl_reset"]
+    return out
+
+
+def ppl_table(oracle_path: str | None, metrics_paths: list[str], reset_paths: list[str] = ()) -> pd.DataFrame:
+    reset = _reset_by_run(list(reset_paths), metrics_paths)
     rows = []
     if oracle_path:
         o = read_json(oracle_path)
@@ -20,6 +48,7 @@ def ppl_table(oracle_path: str | None, metrics_paths: list[str]) -> pd.DataFrame
         r = RunRecord.read(p)
         rows.append({"model": r.name, **{k: getattr(r, k) for k in KEY_FIELDS[1:]},
                      "valid_ppl": r.valid.ppl, "test_ppl": r.test.ppl,
+                     "test_ppl_reset": reset.get(Path(p).parent.resolve(), math.nan),
                      "valid_tokens": r.valid.tokens, "test_tokens": r.test.tokens, "params": r.params})
     table = pd.DataFrame(rows, columns=PPL_COLUMNS)
     for col in ("n_step", "layers", "seed", "valid_tokens", "test_tokens", "params"):
@@ -44,7 +73,8 @@ def stats_table(corpus_stats_path: str, vocab_report_path: str) -> pd.DataFrame:
 STATS_HEADS = {"split": "Split", "sentences": "Sentences", "tokens": "Tokens", "counted_tokens": "Counted tokens",
                "types": "Types", "oov_tokens": "Unknown tokens", "oov_rate": "Unknown rate"}
 PPL_HEADS = {"model": "Model", "n_step": "n", "layers": "Layers", "regime": "Regime", "seed": "Seed",
-             "valid_ppl": "Valid PPL", "test_ppl": "Test PPL", "valid_tokens": "Valid tokens",
+             "valid_ppl": "Valid PPL", "test_ppl": "Test PPL", "test_ppl_reset": "Test PPL (reset)",
+             "valid_tokens": "Valid tokens",
              "test_tokens": "Test tokens", "params": "Parameters"}
 
 
@@ -82,25 +112,37 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      for v, b in zip(t[col], blank.get(col, [False] * len(t)))]
     for col in ("valid_ppl", "test_ppl"):
         show[col] = t[col].map("{:,.2f}".format)
+    show["test_ppl_reset"] = _ppl_or_blank(t["test_ppl_reset"])
     for col in ("valid_tokens", "test_tokens", "params"):
         show[col] = ["" if pd.isna(v) else f"{int(v):,}" for v in t[col]]
     return show.rename(columns=PPL_HEADS)
 
 
+def _ppl_or_blank(values: pd.Series) -> list[str]:
+    return ["" if pd.isna(v) else f"{v:,.2f}" for v in values]
+
+
 # The column a best cell is chosen on: valid, never test (issue 44); test PPL is only reported for the chosen cell.
 SELECT_ON = "valid_ppl"
 BEST_CELL = "Best cell (chosen on valid)"
+RESET_HEAD = PPL_HEADS["test_ppl_reset"]
 
 
 def headline(table: pd.DataFrame) -> pd.DataFrame:
     """Each model's best cell, chosen on valid: the configuration with the lowest valid PPL averaged over its seeds
     (the first in the table's order on a tie), shown with that cell's mean valid and test PPL; test never takes part
-    in the choice.  In the fixed model order, the oracle last (display names, PPL to 2 decimals)."""
+    in the choice.  In the fixed model order, the oracle last (display names, PPL to 2 decimals).  A best cell of the
+    stream regime also shows its mean reset test PPL (RESET_HEAD, a mean only when every seed has one); the column is
+    left out when no best cell has one."""
     from lmgrid.analysis import names
 
     t = _ordered(table)
+    if "test_ppl_reset" not in t:  # a summary.csv written before the column existed
+        t["test_ppl_reset"] = math.nan
     cells = (t.groupby(["model_id", "n_step", "layers", "regime"], sort=False, dropna=False)
-             .agg(seeds=("test_ppl", "size"), valid_ppl=("valid_ppl", "mean"), test_ppl=("test_ppl", "mean"))
+             .agg(seeds=("test_ppl", "size"), valid_ppl=("valid_ppl", "mean"), test_ppl=("test_ppl", "mean"),
+                  # a cell's mean only when every seed has one: never a mean over some of its seeds
+                  test_ppl_reset=("test_ppl_reset", lambda v: v.mean(skipna=False)))
              .reset_index())
     best = cells.loc[cells.groupby("model_id", sort=False)[SELECT_ON].idxmin()]
     rows = []
@@ -114,23 +156,26 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
                     + ("" if names.is_ngram(r.model_id) else f", {layers}"))
             seeds = str(int(r.seeds))
         rows.append({"Model": model, BEST_CELL: cell, "Seeds": seeds, "Valid PPL": f"{r.valid_ppl:,.2f}",
-                     "Test PPL": f"{r.test_ppl:,.2f}"})
-    return pd.DataFrame(rows, columns=["Model", BEST_CELL, "Seeds", "Valid PPL", "Test PPL"])
+                     "Test PPL": f"{r.test_ppl:,.2f}", RESET_HEAD: _ppl_or_blank(pd.Series([r.test_ppl_reset]))[0]})
+    top = pd.DataFrame(rows, columns=["Model", BEST_CELL, "Seeds", "Valid PPL", "Test PPL", RESET_HEAD])
+    # Only where a best cell has a reset figure (a stream cell): a grid without one keeps the table it always had.
+    return top if (top[RESET_HEAD] != "").any() else top.drop(columns=RESET_HEAD)
 
 
 def headline_text(csv_path: str) -> str:
     """The headline table of a summary.csv as plain text for the terminal (the end of `make run`)."""
     table = pd.read_csv(csv_path)
-    return headline(table).to_markdown(index=False, disable_numparse=True,
-                                       colalign=["left", "left", "right", "right", "right"])
+    top = headline(table)
+    return top.to_markdown(index=False, disable_numparse=True, colalign=["left", "left"] + ["right"] * (top.shape[1] - 2))
 
 
 def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_path: str | None,
-          metrics_paths: list[str], csv_out: str, md_out: str, html_out: str | None = None) -> pd.DataFrame:
+          metrics_paths: list[str], csv_out: str, md_out: str, html_out: str | None = None,
+          reset_paths: list[str] = ()) -> pd.DataFrame:
     """summary.csv (raw ids, one row per run), and summary.md / summary.html: the headline (each model's best cell),
     the corpus statistics and every run, with display names in the studies' model order."""
     stats = stats_table(corpus_stats_path, vocab_report_path)
-    table = ppl_table(oracle_path, metrics_paths)
+    table = ppl_table(oracle_path, metrics_paths, reset_paths)
     with atomic_write(csv_out) as fh:
         table.to_csv(fh, index=False, float_format="%.4f")
     show, top = display_table(table), headline(table)
@@ -144,7 +189,7 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
           top.to_markdown(index=False, disable_numparse=True) if len(top) else "(no models)", "",
           f"Vocabulary: {stats.attrs['vocab_size']:,} entries (4 specials included).", "",
           stats_show.to_markdown(index=False, disable_numparse=True), "",
-          ppl_note, "",
+          ppl_note, RESET_NOTE, "",
           show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no models)",
           ""]
     with atomic_write(md_out) as fh:
@@ -161,7 +206,8 @@ def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_pa
                 f"<p>Vocabulary: {stats.attrs['vocab_size']:,} entries (4 specials included).</p>",
                 styled(stats_show, "corpus", "Corpus"),
                 styled(show, "ppl", "Perplexity of every run (every word and one &lt;/s&gt; per sentence; never "
-                                    "&lt;s&gt;)")]
+                                    "&lt;s&gt;)"),
+                f"<p>{RESET_NOTE.replace('`</s>`', '&lt;/s&gt;')}</p>"]
         with atomic_write(html_out) as fh:
             fh.write(html_page(f"Results: {corpus}", body))
     return table

@@ -25,7 +25,7 @@ from lmgrid.common.fileio import atomic_write
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import RunKey, all_runs, expand_study
 from lmgrid.data.vocab import SPECIALS, Vocab
-from lmgrid.embed import evaluate, export, ppmi, study
+from lmgrid.embed import evaluate, export, paired, ppmi, study
 
 BASELINES = {"ppmi-svd": "PPMI-SVD", "random": "random"}
 ID_COLUMNS = ["model", "run", "arch", "impl", "n_step", "layers", "regime", "seed", "embedding", "dim"]
@@ -49,9 +49,11 @@ def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str 
     probe_list = evaluate.probe_words(words, n_probes, probes)
     keys = [key for key in all_runs(studies) if not key.is_ngram]
     rows, near, maps, written = [], [], {}, []
+    sims = {}  # (model, embedding) -> each word-pair benchmark's cosines: the studies' paired comparisons
 
     def add(ids: dict, kv) -> None:
         rows.append({**ids, **evaluate.scores(kv, seed)})
+        sims[ids["model"], ids["embedding"]] = paired.benchmark_similarities(kv)
         near.extend({"model": ids["model"], "embedding": ids["embedding"], **r}
                     for r in evaluate.neighbours(kv, probe_list, k))
 
@@ -90,13 +92,13 @@ def run(corpus: str, studies: dict, train_path: str, vocab_path: str, root: str 
         written.append(str(base / name))
     for name, spec in studies.items():
         if embedding_plan(spec):
-            written += study_outputs(corpus, name, spec, table, neighbours, maps, words, root)
+            written += study_outputs(corpus, name, spec, table, neighbours, maps, words, root, sims, seed)
     return written
 
 
-def study_outputs(corpus, name, spec, table, neighbours, maps, words, root) -> list[str]:
-    """The study's cells and the baselines of their dimensions; the map shows the study's cell of lowest valid
-    PPL (chosen on valid, not test), input embedding."""
+def study_outputs(corpus, name, spec, table, neighbours, maps, words, root, sims, seed=0) -> list[str]:
+    """The study's cells and the baselines of their dimensions, compared on their common pairs against the study's
+    cell of lowest valid PPL (chosen on valid, not test), input embedding, which the map also shows."""
     keys = [k for k in expand_study(spec) if not k.is_ngram]
     runs = {k.run_dir(corpus) for k in keys}
     mine = table[table["run"].isin(runs)]
@@ -106,6 +108,7 @@ def study_outputs(corpus, name, spec, table, neighbours, maps, words, root) -> l
     valid = {k: RunRecord.read(Path(root) / k.run_dir(corpus) / RECORD_FILE).valid.ppl for k in keys}
     best = min(keys, key=lambda k: (valid[k], k))
     out = Path(root) / STUDIES_DIR.format(corpus=corpus) / name
+    rows = paired.study_columns(rows, sims, (cell_label(best), "input"), seed)
     written = study.write_table(rows, out / "embeddings")
     written += study.write_neighbours(near, out / "embeddings_neighbours")
     written += study.write_map(maps[best], words, f"{cell_label(best)}, input embedding", out / "embeddings_map")

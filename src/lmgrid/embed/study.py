@@ -23,6 +23,7 @@ from lmgrid.analysis.plots import COLUMN_IN, PAPER_STYLE, figure, save  # noqa: 
 from lmgrid.analysis.tables import html_page  # noqa: E402
 from lmgrid.common.fileio import atomic_write  # noqa: E402
 from lmgrid.embed.evaluate import CONFIDENCE, DISPLAY, MIN_PAIRS  # noqa: E402
+from lmgrid.embed.paired import spread_text  # noqa: E402
 
 MAP_WORDS = 300  # the most frequent words on the map
 MAP_LABELS = 30  # at most this many of them labelled, most frequent first, none overlapping another label
@@ -36,6 +37,13 @@ def _rho(row, bench: str) -> str:
     if math.isnan(rho):
         return "n/a"
     return f"{rho:.3f} [{row[f'{bench}_rho_low']:.3f}, {row[f'{bench}_rho_high']:.3f}]"
+
+
+def _interval(row, value: str, low: str, high: str, signed: bool = False) -> str:
+    if math.isnan(row[value]):
+        return "n/a"
+    f = "+.3f" if signed else ".3f"
+    return f"{row[value]:{f}} [{row[low]:{f}}, {row[high]:{f}}]"
 
 
 def _accuracy(row) -> str:
@@ -69,12 +77,27 @@ def shown(rows: pd.DataFrame) -> pd.DataFrame:
     pct = int(CONFIDENCE * 100)
     empty = empty_benchmarks(rows)
     out = pd.DataFrame({"model": rows["model"], "embedding": rows["embedding"], "d": rows["dim"].astype(int)})
+    paired_cols = "reference" in rows.columns  # the study's paired comparisons (embed.paired) were computed
     for bench in ("wordsim353", "simlex999"):
         if bench in empty:
             continue
-        out[f"{DISPLAY[bench]} rho [{pct}% CI]"] = [_rho(r, bench) for _, r in rows.iterrows()]
-        out[f"{DISPLAY[bench]} pairs"] = [f"{r[f'{bench}_pairs_covered']}/{r[f'{bench}_pairs']}"
-                                          for _, r in rows.iterrows()]
+        name = DISPLAY[bench]
+        if paired_cols:
+            c = f"{bench}_common"
+            n = int(rows[f"{c}_pairs"].iloc[0])
+            out[f"{name} rho, {n} common pairs [{pct}% CI, words]"] = [
+                _interval(r, f"{c}_rho", f"{c}_rho_low_word", f"{c}_rho_high_word") for _, r in rows.iterrows()]
+            out[f"{name} rho - reference's [{pct}% CI, words, paired]"] = [
+                _interval(r, f"{c}_diff", f"{c}_diff_low_word", f"{c}_diff_high_word", signed=True)
+                for _, r in rows.iterrows()]
+            out[f"{name} rho over seeds (mean ± std)"] = [
+                spread_text(r[f"{bench}_seed_mean"], r[f"{bench}_seed_std"], r[f"{bench}_seeds"])
+                for _, r in rows.iterrows()]
+            own = f"{name} rho on its own pairs (secondary) [{pct}% CI, pairs]"
+        else:
+            own = f"{name} rho [{pct}% CI]"
+        out[own] = [_rho(r, bench) for _, r in rows.iterrows()]
+        out[f"{name} pairs"] = [f"{r[f'{bench}_pairs_covered']}/{r[f'{bench}_pairs']}" for _, r in rows.iterrows()]
     if "analogy" not in empty:
         out["analogy accuracy"] = [_accuracy(r) for _, r in rows.iterrows()]
         out["analogy questions"] = [f"{r['analogy_questions_covered']}/{r['analogy_questions']}"
@@ -101,9 +124,28 @@ def note(rows: pd.DataFrame) -> str:
                 f"{r['analogy_questions_covered']} of {r['analogy_questions']} analogy questions: too few for any "
                 f"score (a rho needs {MIN_PAIRS} pairs), so the benchmarks say nothing here. The nearest neighbours "
                 f"(embeddings_neighbours) show what the vectors learned. " + text)
+    if "reference" in rows.columns:
+        text += " " + paired_note(rows, empty)
     if empty:
         text = f"Left out of the table: {left_out(rows, empty)}. " + text
     return text
+
+
+def paired_note(rows: pd.DataFrame, empty: list[str]) -> str:
+    """What the paired columns (embed.paired) are: the common pair set and its size, the reference, which interval
+    is shown."""
+    pct = int(CONFIDENCE * 100)
+    sizes = " and ".join(f"{int(rows[f'{b}_common_pairs'].iloc[0])} {DISPLAY[b]}" for b in ("wordsim353", "simlex999")
+                         if b not in empty)
+    return (f"Common pairs: the {sizes} pairs that every vector set of this table covers; the first rho and the "
+            f"difference against the reference ({rows['reference'].iloc[0]}, the study's cell of lowest valid PPL) "
+            f"are over them. Their intervals shown are {pct}% percentile bootstrap intervals that resample words "
+            f"(the words drawn with replacement, the pairs among the drawn words kept), because pairs share words; "
+            f"every vector set is scored on the same resample, so the difference's interval is paired (a vector set "
+            f"against itself: exactly 0). The intervals that resample pairs are in the .csv (_pair columns). Over "
+            f"seeds: mean ± sample std of the common-pair rho over a cell's seeds, where it has several. Own pairs "
+            f"(secondary): each vector set's rho over the pairs it covers, with its pair-resampling interval; rows "
+            f"with different coverage are not compared there.")
 
 
 def write_table(rows: pd.DataFrame, stem) -> list[str]:

@@ -13,7 +13,9 @@ Methods (Chen & Goodman 1998, "An empirical study of smoothing techniques for la
   The unigrams interpolate with the uniform distribution over every predictable word (the vocabulary
   but <s> and <pad>; <unk> is an ordinary word, counted and discounted like the others).  No pruning,
   a single <s> of left padding.  This is the estimate of KenLM lmplz (SRILM `-kndiscount -interpolate`
-  is the same method); on PTB it reproduces the published 3- and 5-gram figures (tests/test_ngram_ptb.py).
+  is the same method): on PTB our 3- and 5-gram ARPA files equal lmplz's n-gram by n-gram within its float
+  rounding and its extra zero-count <unk> (tests/test_ngram_kenlm.py), and reproduce the published 3- and 5-gram
+  figures (tests/test_ngram_ptb.py).
 * ``kn``   the same with one discount per order, D = n1/(n1 + 2 n2).
 * ``katz`` Katz back-off with Good-Turing discounts for counts up to `katz_max_count` (SRILM's gtNmax,
   default 7; unigrams: singletons only, as SRILM's gt1max = 1), back-off weights that renormalise.

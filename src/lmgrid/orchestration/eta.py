@@ -7,8 +7,8 @@ cells are used, scaled by training tokens.  Every other job (the corpus, vocabul
 aggregation, MLflow sync) and the HTML report are estimated from their own benchmark files
 (results/<corpus>/benchmarks/<rule>.tsv, results/benchmarks/report.tsv), else from how long Snakemake's metadata
 says their outputs took last time, else from other corpora's benchmark files, else from DEFAULT_S.  The rules with
-one benchmark file per job (token_scores, adapt_scores, combine) read the job's own file, else the mean of this
-corpus's jobs of the same rule and mode (a cache pass is not a dynamic-evaluation one).  The wall
+one benchmark file per job (token_scores, adapt_scores, reset_scores, combine) read the job's own file, else the
+mean of this corpus's jobs of the same rule and mode (a cache pass is not a dynamic-evaluation one).  The wall
 time is a simulation of the pending jobs on the cores in dependency order, each taking its threads, running
 jobs first; a `plan` also counts the DAG building a run starts with.
 """
@@ -79,6 +79,8 @@ def _per_job_files(rule: str, wildcards: dict) -> tuple[str, str] | None:
     if rule in ("token_scores", "adapt_scores") and "mode" in wildcards:
         own = beside_runs("benchmarks/token_scores", "_{mode}.tsv").format(**wildcards)
         return own, rf"benchmarks/token_scores/.*_s\d+_{re.escape(wildcards['mode'])}\.tsv$"
+    if rule == "reset_scores" and "arch" in wildcards:  # workflow/rules/reset.smk
+        return beside_runs("benchmarks/reset_scores", ".tsv").format(**wildcards), r"benchmarks/reset_scores/.*\.tsv$"
     if rule == "combine" and "combo" in wildcards:
         own = f"results/{wildcards['corpus']}/benchmarks/combine_{wildcards['combo']}.tsv"
         return own, r"benchmarks/combine_[^/]+(/s\d+)?\.tsv$"  # a combination run per seed: combine_<name>/s<seed>

@@ -26,8 +26,16 @@ from lmgrid.common.fileio import atomic_write
 SCALES_DIR = "results/{corpus}/scales"
 OUTPUTS = ("csv", "md", "html")
 # The two answers a gate study gives (analysis.effects._directions): over the whole window, and at the window
-# positions every n_step shares.  Two scales agree on an answer when their verdicts are the same words.
+# positions every n_step shares.  Two scales agree on an answer when their verdicts are the same words (kept as a
+# description only: a verdict word differs with power, so the scale x n interaction is tested, INTERACTIONS).
 ANSWERS = {"pooled": "direction", "matched": "at_matched_positions"}
+# The slopes on n_step whose difference between scales (the scale x n interaction) is tested: answer -> (slope,
+# interval low, high, df columns of gates_effect.csv).  Files written before a column existed give n/a.
+INTERACTIONS = {
+    "pooled": ("slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df"),
+    **{answer: (f"{p}_slope", f"{p}_ci_low", f"{p}_ci_high", f"{p}_df") for answer, p in
+       (("matched", "matched"), ("end_aligned", "end_matched"), ("padding_free", "padfree"),
+        ("padding_free_end_aligned", "padfree_end"))}}
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,14 @@ def _fmt_slope(m: float, lo: float, hi: float, df, p: float) -> str:
     return f"{m:+.4f}{ci}, p_H " + ("n/a" if pd.isna(p) else f"{p:.3g}")
 
 
+def _fmt_diff(d: float, lo: float, hi: float, df, p: float, verdict: str) -> str:
+    import pandas as pd
+
+    if pd.isna(d):
+        return verdict
+    return f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}] (Welch, df {df:.1f}), p_H {p:.3g}: {verdict}"
+
+
 def compare(tables: list[tuple[str, str, str]]) -> "pd.DataFrame":
     """tables: (scale, study, gates_effect.csv path).  One row per model, depth, layer, gate and scale: that scale's
     answer from its gate study with the most seeds for the model (ties: the study named first), pooled and at
@@ -137,7 +153,73 @@ def compare(tables: list[tuple[str, str, str]]) -> "pd.DataFrame":
         verdicts = rows.groupby(keys)[column].transform(lambda v: "one scale" if len(v) < 2 else
                                                         ("yes" if v.nunique() == 1 else "no"))
         rows[f"agree_{answer}"] = verdicts
-    return rows.drop(columns="order").reset_index(drop=True)
+    return interactions(rows.drop(columns="order").reset_index(drop=True), keys)
+
+
+def _slope_se(slope: float, hi: float, df: float) -> float:
+    """The standard error of a mean over seeds read back from its marginal 95% t interval (effects.t_test)."""
+    from scipy import stats
+
+    return (hi - slope) / stats.t.ppf(1 - ALPHA / 2, df)
+
+
+ALPHA = 0.05
+DIFF_COLUMNS = ("", "_ci_low", "_ci_high", "_df", "_p", "_p_holm", "_sim_low", "_sim_high")
+
+
+def interactions(rows: "pd.DataFrame", keys: list[str]) -> "pd.DataFrame":
+    """The scale x n interaction of each answer (INTERACTIONS), tested directly: per model, depth, layer and gate,
+    each scale's slope on n_step minus the reference scale's (the first scale in the rows' order: the config's own),
+    with its Welch interval and test over the two scales' seeds (the per-seed slopes of the two scales are
+    independent runs; scipy's ttest_ind_from_stats from each scale's mean slope, its standard error read back from
+    the marginal t interval, and its df = seeds - 1).  Every such test of the comparison is one family, Holm-adjusted
+    (`<answer>_diff_p_holm`); beside each Holm verdict the simultaneous interval (`<answer>_diff_sim_low/high`,
+    Bonferroni over the family: analysis.effects.simultaneous, which says why).  `interaction_<answer>`: "n-effect
+    larger at <scale>" / "smaller" / "no clear difference", `reference` on the reference scale's row, `one scale`
+    or `n/a` (a slope without an interval)."""
+    import math
+
+    import numpy as np
+    from scipy import stats
+
+    from lmgrid.analysis.effects import holm, simultaneous
+
+    out = rows.copy()
+    for answer in INTERACTIONS:
+        out[f"interaction_{answer}"] = "n/a"
+        for c in DIFF_COLUMNS:
+            out[f"{answer}_diff{c}"] = math.nan
+    family = []  # (row index, answer, diff, lo, hi, df, p)
+    for _, g in out.groupby(keys, sort=False):
+        ref = g.iloc[0]
+        for answer, (m, lo, hi, df) in INTERACTIONS.items():
+            out.loc[g.index[0], f"interaction_{answer}"] = "one scale" if len(g) < 2 else "reference"
+            for i, r in g.iloc[1:].iterrows():
+                vals = [float(x.get(c, math.nan)) for x in (ref, r) for c in (m, hi, df)]
+                if any(math.isnan(v) for v in vals) or vals[2] < 1 or vals[5] < 1:
+                    out.loc[i, f"interaction_{answer}"] = "n/a"
+                    continue
+                (ma, ha, da), (mb, hb, db) = vals[:3], vals[3:]
+                sa, sb = _slope_se(ma, ha, da), _slope_se(mb, hb, db)
+                res = stats.ttest_ind_from_stats(mb, sb * math.sqrt(db + 1), db + 1, ma, sa * math.sqrt(da + 1),
+                                                 da + 1, equal_var=False)
+                se = math.hypot(sa, sb)
+                wdf = se ** 4 / (sa ** 4 / da + sb ** 4 / db) if se > 0 else da + db
+                half = stats.t.ppf(1 - ALPHA / 2, wdf) * se
+                diff = mb - ma
+                p = float(res.pvalue) if se > 0 else float(diff == 0)
+                family.append((i, answer, diff, diff - half, diff + half, wdf, p))
+    if family:
+        p_holm = holm([f[-1] for f in family])
+        sim_lo, sim_hi = simultaneous([f[2] for f in family], [f[3] for f in family], [f[4] for f in family],
+                                      [f[5] for f in family], int(np.count_nonzero(~np.isnan([f[-1] for f in family]))))
+        for (i, answer, diff, lo, hi, wdf, p), ph, slo, shi in zip(family, p_holm, sim_lo, sim_hi):
+            ref_scale = out.loc[out.index[(out[keys] == out.loc[i, keys]).all(axis=1)][0], "scale"]
+            out.loc[i, [f"{answer}_diff{c}" for c in DIFF_COLUMNS]] = [diff, lo, hi, wdf, p, ph, slo, shi]
+            out.loc[i, f"interaction_{answer}"] = (
+                "no clear difference" if not ph < ALPHA else
+                f"slope on n {'higher' if diff > 0 else 'lower'} at {out.loc[i, 'scale']} than at {ref_scale}")
+    return out
 
 
 def write_comparison(rows: "pd.DataFrame", scales: list[tuple[str, str]], csv_path, md_path, html_path) -> None:
@@ -158,14 +240,21 @@ def write_comparison(rows: "pd.DataFrame", scales: list[tuple[str, str]], csv_pa
             rows.get("matched_slope", []), rows.get("matched_ci_low", []), rows.get("matched_ci_high", []),
             rows.get("matched_df", []), rows.get("matched_p_holm", []))],
         "at matched positions": rows.get("at_matched_positions", []),
-        "scales agree (pooled)": rows["agree_pooled"], "scales agree (matched)": rows["agree_matched"],
+        **{f"scale x n, {answer.replace('_', ' ')}: Δ slope, sim. 95% CI": [_fmt_diff(*v) for v in zip(
+            rows[f"{answer}_diff"], rows[f"{answer}_diff_sim_low"], rows[f"{answer}_diff_sim_high"],
+            rows[f"{answer}_diff_df"], rows[f"{answer}_diff_p_holm"], rows[f"interaction_{answer}"])]
+           for answer in INTERACTIONS},
     })
     title = "The gate question at every scale"
     note = ("Each scale's answer from its own gate study (the one with the most seeds for the model): the slope of "
             "the gate's mean on n_step pooled over the window and at the window positions every n_step shares, "
             "mean over seeds with its 95% t interval (df = seeds - 1), p Holm-adjusted over that study's gate "
-            "tests (p_H). Scales agree when their verdicts are the same words (a verdict of 'no clear change' "
-            "beside 'rises' is a disagreement, which may be one of power). Scales: "
+            "tests (p_H). Whether n acts differently at two scales is tested directly (scale x n): each scale's "
+            "slope minus the reference scale's (the first listed), Welch over the two scales' seeds, Holm over "
+            "every such test of this table, the interval the simultaneous 95% one (Bonferroni over those tests); "
+            "the pooled slope, the matched start positions and end lags, and the padding-free pooled and "
+            "end-aligned slopes. (The CSV's agree_* columns compare verdict words, which differ with power: not a "
+            "test.) Scales: "
             + "; ".join(f"{label}: {what}" for label, what in scales) + ".")
     body = show.to_markdown(index=False, disable_numparse=True) if len(show) else "(no gate study in common)"
     with atomic_write(md_path) as fh:
