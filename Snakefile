@@ -34,6 +34,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/embed.smk"
 include: "workflow/rules/combine.smk"
 include: "workflow/rules/scales.smk"
+include: "workflow/rules/budget.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -67,6 +68,7 @@ rule all:
         embedding_outputs(CORPUS),
         combine_outputs(CORPUS),
         scales_outputs(CORPUS),
+        budget_outputs(CORPUS),
         expand("results/{corpus}/combine/combinations.{ext}", corpus=CORPUS, ext=["csv", "md", "html"])
         if COMBINE else [],
         expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])

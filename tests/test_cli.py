@@ -14,7 +14,7 @@ from lmgrid import cli
 
 RULE_COMMANDS = {"warm-server", "synth", "verify", "corpus", "vocab", "oracle", "summary", "reference",
                  "ngram-counts", "ngram", "train", "aggregate", "mlflow-sync", "embeddings", "token-scores", "combine",
-                 "combinations", "adapt", "scales-run", "scales-compare", "reset-scores"}
+                 "combinations", "adapt", "scales-run", "scales-compare", "reset-scores", "budget-compare"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:

@@ -23,7 +23,8 @@ _MISSING = [path for corpus, _, path in SCALES_TABLES if corpus != CORPUS and no
 if _MISSING:
     print(f"lmgrid: the scales' comparison is left out of this run: {_MISSING[0]} is not there yet "
           f"(`make run` runs every scale first)", file=sys.stderr)
-COMPARE_SCALES = bool(SCALES) and not _MISSING
+# A config with no gate study anywhere (e.g. a budget study, budget.smk) has no gate question to compare.
+COMPARE_SCALES = bool(SCALES_TABLES) and not _MISSING
 
 
 def scales_outputs(corpus):

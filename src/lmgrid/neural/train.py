@@ -40,6 +40,7 @@ from lmgrid.models import IMPLS
 from lmgrid.data.ppl import BOS, perplexity
 from lmgrid.common.resources import own_usage
 from lmgrid.run.record import RECORD_FILE, RunRecord, SplitScore
+from lmgrid.neural.compute_budget import flops_budget
 from lmgrid.run.spec import RunSpec, parse_placement  # noqa: F401 - parse_placement re-exported
 from lmgrid.run.key import NEURAL_ARCHS, REGIMES
 from lmgrid.data.vocab import Vocab
@@ -202,6 +203,7 @@ class Job:
     params: int
     n_train: int
     epoch_log: EpochLog | None = None
+    compute: dict | None = None  # train.budget_flops > 0: {budget_flops, train_flops_per_token, budget_tokens}
 
 
 def _placement(spec: RunSpec) -> tuple[bool, str, str]:
@@ -238,7 +240,9 @@ def build(spec: RunSpec, threads: int = 0) -> Job:
         raise LmgridError(f"train.devices: {devices} GPUs asked for, {torch.cuda.device_count()} visible "
                           "(on SLURM the training job's `gpu` resource must equal train.devices; docs/cluster.md)")
     n_train = data.counted_tokens("train")
-    budget = budget_settings(hp, n_train)
+    # train.budget_flops > 0: the token budget this model's FLOPs per training token give (lmgrid.neural.compute_budget)
+    compute = flops_budget(hp, model_config, spec.regime, [vocab.counts.get(t, 0) for t in vocab.tokens])
+    budget = budget_settings({**hp, "budget_tokens": compute["budget_tokens"]} if compute else hp, n_train)
     pl.seed_everything(spec.seed, workers=True, verbose=False)
     module = LMModule(model_config, spec.regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
                       weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=spec.seed,
@@ -246,7 +250,7 @@ def build(spec: RunSpec, threads: int = 0) -> Job:
                       **({"budget": budget} if budget else {}))
     job = Job(spec, hp, cuda, precision, precision_reason, devices, main, vocab, data, model_config, ckpt_dir,
               resume, module, params=sum(p.numel() for p in module.model.parameters()),
-              n_train=n_train)
+              n_train=n_train, compute=compute)
     if main:
         start = f"resuming from {resume}" if resume else "from scratch"
         print(f"{spec.key.name}: {job.params} parameters, {job.n_train} train tokens per epoch, regime "
@@ -387,6 +391,8 @@ def _record_extra(job: Job, ev: Evaluation) -> dict:
         "hparams": job.hp,
         # A budget schedule's run only (train.budget_tokens > 0): the training tokens it took, >= the budget
         **({"budget_tokens_trained": module.budget.seen} if module.budget is not None else {}),
+        # A FLOP budget's run only (train.budget_flops > 0): the budget, the count per training token, the tokens
+        **(job.compute or {}),
     }
 
 
