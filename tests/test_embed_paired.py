@@ -12,7 +12,7 @@ from scipy import stats
 
 from lmgrid.embed import evaluate, export, paired, study
 
-RESAMPLES = 300  # enough for the properties checked (exact zeros, a width ratio); 9999 in the pipeline
+RESAMPLES = 300  # enough for the properties checked (exact zeros, a width ratio); paired.PAIRED_RESAMPLES in the pipeline
 
 
 def _wordsim():
