@@ -166,6 +166,9 @@ def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset
     work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
     cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
+    if "seeds" in smoke:  # the smoke file's seeds replace the preset's: the workflow applies it after the preset
+        cfg["seeds"] = smoke["seeds"]
+        apply_seeds(cfg)
     files = [str(repo / "presets" / f"{preset}.yaml"), str(repo / "presets" / f"{SMOKE[preset]}.yaml")]
     if cfg.get("scales"):  # as `make run` does: every scale first, each its own Snakemake run
         r = subprocess.run([sys.executable, "-m", "lmgrid", "scales-run", "--configfile", *files, "--set", "", "--",

@@ -190,7 +190,9 @@ def _train_records(grid: Path):
         for f in files:
             parts = Path(root, f).relative_to(meta).parts
             path = base64.urlsafe_b64decode("".join(p.lstrip("@") for p in parts)).decode()
-            if path.startswith("results/tiny/runs/") and path.split("/")[3] in ("ffnn", "rnn", "gru"):
+            # A run folder also holds the reset pass's file (rule reset_scores, its own params): not a training record.
+            if path.startswith("results/tiny/runs/") and path.split("/")[3] in ("ffnn", "rnn", "gru") \
+                    and not path.endswith("/reset_scores.json"):
                 yield path, Path(root, f)
 
 
