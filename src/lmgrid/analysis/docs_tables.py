@@ -13,6 +13,7 @@ import pandas as pd
 
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
+from lmgrid.common.units import duration_text
 
 
 def _read(snap: Path, name: str) -> pd.DataFrame:
@@ -38,14 +39,7 @@ def _markdown(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
-def duration(seconds: float) -> str:
-    """3723 -> '1 h 02 min', 518 -> '8 min 38 s', 41.2 -> '41 s'."""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+duration = duration_text  # lmgrid.common.units: the spelling `lmgrid status` uses too
 
 
 def headline(snap: Path, _arg: str = "") -> str:

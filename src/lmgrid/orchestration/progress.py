@@ -20,6 +20,7 @@ from pathlib import Path
 from lmgrid.orchestration.dryrun import Job, Plan, dry_run
 from lmgrid.orchestration.eta import REPORT_RULE, Task, estimate_s, finished_cells, read_wall_s, rule_estimate, wall_s
 from lmgrid.common.errors import LmgridError
+from lmgrid.common.units import duration_text
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import RunKey, all_runs, expand_study
 
@@ -194,15 +195,7 @@ def left(config: dict, cells: list[Cell], plan: Plan, cores: int, startup: bool 
     return Left(job_s, wall_s(tasks, cores) + (plan.dag_s if startup else 0.0), cores, unknown, others)
 
 
-def fmt_s(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+fmt_s = duration_text  # the one spelling of a duration (lmgrid.common.units)
 
 
 def _left_text(rest: Left) -> str:
