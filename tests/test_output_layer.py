@@ -300,10 +300,10 @@ def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_pa
     def fingerprint(**hp):
         return train_mod._fingerprint(spec(**hp), placement)
 
-    # init_range, weight_drop and average_from_epoch are neutral defaults too (0: what every run computed before they
+    # init_range, weight_drop, average_from_epoch and the budgets are neutral defaults too (0: what every run computed before they
     # existed); log_every ... compile change no result
     before = {k: v for k, v in spec().hparams.items()
-              if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "budget_tokens",
+              if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "budget_tokens", "budget_flops",
                            "budget_warmup_tokens", "log_every", "accelerator", "devices",
                            "compile")}
     h = hashlib.sha256(json.dumps({"run": spec().cell, "hp": before, "placement": placement}, sort_keys=True).encode())
