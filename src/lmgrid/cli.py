@@ -12,6 +12,7 @@ import os
 import sys
 
 from lmgrid import __version__
+from lmgrid.common.argtypes import count
 from lmgrid.common.errors import LmgridError
 
 # What `lmgrid --help` lists first: the commands a user runs.  Every other command is one a rule runs.
@@ -33,21 +34,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def count(low: int):
-    """An argparse type: a whole number of at least `low`."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-
-    parse.__name__ = f"count >= {low}"
-    return parse
 
 
 def positive(text: str) -> float:

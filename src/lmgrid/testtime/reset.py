@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lmgrid.common.argtypes import count
 from lmgrid.common.errors import LmgridError
 from lmgrid.data.corpus import load_split
 from lmgrid.data.ppl import EOS, PAD, counted_tokens, perplexity
@@ -118,14 +119,6 @@ def cmd_reset_scores(a) -> None:
           f"{record['test_tokens']} test tokens, {record['wall_s']:.1f} s", flush=True)
 
 
-def _count(text: str) -> int:
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
-
 def register(sub) -> None:
     s = sub.add_parser("reset-scores", help="a stream run's PPL with its state reset at every sentence start "
                                             "(reset_scores.json)")
@@ -133,7 +126,7 @@ def register(sub) -> None:
     s.add_argument("--valid", required=True, help="the valid split")
     s.add_argument("--test", required=True, help="the test split")
     s.add_argument("--vocab", required=True, help="vocab.json")
-    s.add_argument("--batch-sentences", type=_count, default=BATCH_SENTENCES,
+    s.add_argument("--batch-sentences", type=count(1), default=BATCH_SENTENCES,
                    help=f"sentences scored at once (default {BATCH_SENTENCES}; the PPL does not depend on it)")
     s.add_argument("--out", default="", help=f"output (default: RUN_DIR/{reset_scores.RESET_FILE})")
     s.set_defaults(func=cmd_reset_scores)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lmgrid.common.argtypes import count
 from lmgrid.common.errors import LmgridError
 
 
@@ -69,14 +70,6 @@ def cmd_adapt(a) -> None:
           f"(tuning {result['tune_s']:.0f} s, test {result['test_s']:.0f} s)", file=sys.stderr)
 
 
-def _threads(text: str) -> int:
-    import argparse
-
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return int(text)
-
-
 def register(sub) -> None:
     s = sub.add_parser("adapt", help="a stream run's valid and test PPL with a neural cache or dynamic evaluation, "
                                      "tuned on valid")
@@ -91,5 +84,5 @@ def register(sub) -> None:
     s.add_argument("--grid", default="", help="JSON {setting: [values]} replacing the default grid (docs/adapt.md)")
     s.add_argument("--out", required=True, help="the result JSON: settings, valid and test PPL, every grid point")
     s.add_argument("--log-probs", default="", help="also write test's per-token log-probs (float32 .npy)")
-    s.add_argument("--threads", type=_threads, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
+    s.add_argument("--threads", type=count(0), default=1, help="torch CPU threads (default 1; 0 = torch's default)")
     s.set_defaults(func=cmd_adapt)
