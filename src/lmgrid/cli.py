@@ -151,7 +151,7 @@ def cmd_generate(a) -> None:
 # has `register(subparsers)`.
 PLUGINS = ("lmgrid.ngram.cli", "lmgrid.neural.cli", "lmgrid.analysis.cli", "lmgrid.tracking.cli", "lmgrid.embed.cli",
            "lmgrid.testtime.combine.cli", "lmgrid.testtime.adapt.cli", "lmgrid.testtime.reset",
-           "lmgrid.orchestration.scales", "lmgrid.analysis.budget")
+           "lmgrid.orchestration.scales", "lmgrid.analysis.budget_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

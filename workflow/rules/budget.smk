@@ -2,8 +2,8 @@
 # study, one scale per budget (presets/ptb_budget.yaml). Here: every scale's neural runs side by side, with this
 # config's n-gram runs as references: results/<corpus>/budget/. Like the scales' comparison (scales.smk), it is left
 # out of a run whose scales have not run yet, saying so in one line: their runs are another run's outputs.
-from lmgrid.analysis.budget import BUDGET_DIR
-from lmgrid.analysis.budget import OUTPUTS as BUDGET_OUTPUTS
+from lmgrid.analysis.budget_cli import BUDGET_DIR
+from lmgrid.analysis.budget_cli import OUTPUTS as BUDGET_OUTPUTS
 
 BUDGET_SCALES = [s for s in SCALES if s.config["train"].get("budget_flops", 0) > 0]
 BUDGET_RUNS = [(s.label, f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES

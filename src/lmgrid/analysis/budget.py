@@ -29,8 +29,7 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write
 from lmgrid.run.record import RunRecord
 
-BUDGET_DIR = "results/{corpus}/budget"
-OUTPUTS = ("compute.csv", "compute.md", "compute.html", "ppl_vs_compute.pdf", "ppl_vs_compute.png", "findings.md")
+from lmgrid.analysis.budget_cli import BUDGET_DIR, OUTPUTS  # noqa: F401  (their home is the light module)
 
 
 def run_rows(runs: list[tuple[str, str]]) -> pd.DataFrame:
@@ -148,22 +147,3 @@ def write(table: pd.DataFrame, refs: pd.DataFrame, out_dir: str) -> list[str]:
     from lmgrid.analysis.budget_plot import ppl_vs_compute
 
     return ppl_vs_compute(table, refs, str(out / "ppl_vs_compute"))
-
-
-def cmd_compare(a) -> None:
-    runs = [tuple(r) for r in a.run]
-    if not runs:
-        raise LmgridError("budget-compare: no --run given (a budget study's scales have no neural runs)")
-    write(compute_table(run_rows(runs)), references(a.reference), a.out_dir)
-
-
-def register(sub) -> None:
-    s = sub.add_parser("budget-compare", help="the equal-compute study: test PPL per architecture and FLOP budget")
-    s.add_argument("--run", nargs=2, action="append", default=[], metavar=("BUDGET", "METRICS"),
-                   help="a neural run's metrics.json at a budget (a scale's label; repeat)")
-    s.add_argument("--reference", action="append", default=[], metavar="METRICS",
-                   help="an n-gram run's metrics.json, drawn as a horizontal line (repeat)")
-    s.add_argument("--out-dir", required=True, help="writes compute.{csv,md,html}, ppl_vs_compute.{pdf,png}, "
-                   "findings.md")
-    s.set_defaults(func=cmd_compare)
-

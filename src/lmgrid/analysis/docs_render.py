@@ -19,8 +19,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmgrid.analysis.docs_tables import TABLES, provenance
 from lmgrid.common.errors import LmgridError
+
+# docs_tables (pandas) is imported where a block is read, not here: every `lmgrid` command builds the parser that
+# registers `lmgrid docs`, and a workflow job must not pay pandas' import for it (lmgrid.cli, PLUGINS).
 
 # A marker is a line of its own (a marker quoted inside a sentence, as docs/cli.md does, is none).
 BLOCK = re.compile(r"^(?P<open><!-- lmgrid:render (?P<tables>\S+) from=(?P<src>\S+) -->\n)(?P<body>.*?)"
@@ -53,6 +55,8 @@ def documents(root: Path) -> list[Path]:
 
 
 def blocks(path: Path, text: str) -> list[Block]:
+    from lmgrid.analysis.docs_tables import TABLES
+
     found = []
     for m in BLOCK.finditer(text):
         tables = tuple(m["tables"].split(","))
@@ -74,6 +78,8 @@ def render_body(block: Block, root: Path) -> str:
     if not (snap / "run.json").is_file():
         return (f"*Not rendered yet: `{block.src}/` does not exist; after the run, `lmgrid docs --from "
                 f"results/<corpus> --snapshot {block.src}` writes it and `make docs` renders this block.*\n")
+    from lmgrid.analysis.docs_tables import TABLES, provenance
+
     parts = []
     for t in block.tables:
         name, _, arg = t.partition(":")
