@@ -347,3 +347,46 @@ def test_a_server_with_cuda_initialised_forks_nothing(tmp_path):
 
 def children_in(log_text: str) -> list[str]:
     return [line for line in log_text.splitlines() if line.startswith("job ")]
+
+
+# A server whose import of the training stack waits for a file: the window in which the workflow's first training
+# jobs start, made as long as the test needs.
+GATED_SERVER = """
+import importlib.abc, os, sys, time
+class Gate(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        while name == "lmgrid.neural.train" and not os.path.exists(sys.argv[3]):
+            time.sleep(0.05)
+        return None
+sys.meta_path.insert(0, Gate())
+def job(argv):
+    open(argv[1], "w").write("ran")
+    return 0
+from lmgrid.orchestration.warm import serve
+serve(sys.argv[1], int(sys.argv[2]), 300.0, run=job)
+"""
+
+
+def test_a_job_that_starts_while_the_server_imports_waits_for_it(tmp_path):
+    """The server listens before it imports torch and Lightning, so a training job that starts meanwhile (the
+    default run's first ones do, its data jobs taking a fraction of a second) is forked by it once the import is
+    done, instead of finding no server and importing them itself (~6 CPU-s).  Kills: importing the training stack
+    before binding the socket (the socket does not appear while the import waits; seen failing)."""
+    sock, log, release = tmp_path / "s.sock", tmp_path / "server.log", tmp_path / "release"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-c", GATED_SERVER, str(sock), str(os.getpid()), str(release)],
+                                  stdout=out, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
+    try:
+        assert wait_for(sock.exists, timeout=60), log.read_text()  # listening, the import still held
+        client = ("import sys\nfrom lmgrid.orchestration.warm import run_via_server\n"
+                  "status = run_via_server(sys.argv[1:])\nsys.exit(3 if status is None else status)\n")
+        job = subprocess.Popen([sys.executable, "-c", client, "job", str(tmp_path / "out.txt")],
+                               env=env(LMGRID_WARM_SOCKET=str(sock)))
+        time.sleep(1.0)
+        assert job.poll() is None and not (tmp_path / "out.txt").exists()  # it waits for the server
+        release.touch()
+        assert job.wait(timeout=60) == 0, log.read_text()  # 3: it ran in its own process
+        assert (tmp_path / "out.txt").read_text() == "ran" and "job " in log.read_text()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -217,11 +217,9 @@ def _serve_one(conn: socket.socket, run: Callable[[list[str]], int]) -> None:
 
 
 def serve(path: str, parent_pid: int, idle_s: float = 600.0, run: Callable[[list[str]], int] | None = None) -> None:
-    """Import the training stack, then fork one child per request, which runs `run(argv)` (the `lmgrid` command
-    line's main), until `parent_pid` (the workflow) is gone or no job ran for `idle_s` seconds."""
+    """Listen, import the training stack, then fork one child per request, which runs `run(argv)` (the `lmgrid`
+    command line's main), until `parent_pid` (the workflow) is gone or no job ran for `idle_s` seconds."""
     import ctypes  # noqa: F401 - imported once here, used in every child (_die_with)
-
-    import lmgrid.neural.train  # noqa: F401 - the point: paid once, inherited by every child
 
     if run is None:
         raise ValueError("serve: run (the command line's main) is required")
@@ -242,6 +240,10 @@ def serve(path: str, parent_pid: int, idle_s: float = 600.0, run: Callable[[list
     tick = min(5.0, idle_s)
     idle = 0.0
     try:
+        # Listening before this import (seconds): a job that starts meanwhile waits in the backlog, idle, and is forked
+        # once it is done, instead of finding no server and importing torch and Lightning itself.
+        import lmgrid.neural.train  # noqa: F401 - the point: paid once, inherited by every child
+
         while idle < idle_s:
             ready, _, _ = select.select([server], [], [], tick)
             if not ready:
