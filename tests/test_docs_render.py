@@ -168,3 +168,49 @@ def test_the_published_parameter_count_reaches_the_rendered_table(tmp_path):
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("|")]
     at = cells[0].index("published parameters")
     assert [r[at] for r in cells[2:]] == ["2,700,000", "not stated"]
+
+
+def _benchmarks(results: Path, jobs) -> None:
+    """Synthetic Snakemake benchmark files: (name, wall_s, end time) each, the end set as the file's mtime."""
+    (results / "benchmarks").mkdir(parents=True, exist_ok=True)
+    (results / "summary.csv").write_text("model,test_ppl\nx,1.0\n")
+    for name, wall_s, end in jobs:
+        p = results / "benchmarks" / name
+        p.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{wall_s}\t0:00:00\t10\t1.0\n")
+        os.utime(p, (end, end))
+
+
+def test_a_run_resumed_next_session_counts_its_running_time_not_the_pause(tmp_path, monkeypatch):
+    """A run of two segments: jobs 0-1 h (two overlapping), then a stop, then jobs from 9 h to 10 h 30 min, with a
+    2-minute gap between two of them (Snakemake between jobs, not a resumption).  Kills: a wall time that is the
+    span from the first start to the last end (the negative control puts the old span back and sees it), that sums
+    overlapping jobs twice, or that counts a short gap between jobs as a resumption."""
+    h = 3600.0
+    t0 = 1_800_000_000.0
+    _benchmarks(tmp_path / "results" / "toy", [
+        ("a.tsv", h, t0 + h), ("b.tsv", h / 2, t0 + 0.75 * h),                     # segment 1: 0 to 1 h
+        ("c.tsv", h, t0 + 10 * h), ("d.tsv", 0.5 * h - 120, t0 + 10.5 * h)])       # segment 2: 9 h to 10 h 30 min
+    snap = tmp_path / "docs" / "results" / "toy"
+
+    def run_json():
+        docs_snapshot.snapshot(tmp_path / "results" / "toy", snap)
+        return pd.read_json(snap / "run.json", typ="series")
+
+    run = run_json()
+    assert (run["wall_s"], run["span_s"], run["resumptions"]) == (1 * h + 1.5 * h - 120, 10.5 * h, 1)
+    text = docs_tables.timing(snap)
+    assert "**2 h 28 min** of wall time while its jobs ran, resumed once (10 h 30 min from its first" in text, text
+    # Negative control: the old rule, the span from the first start to the last end, counts the 8-hour pause.
+    monkeypatch.setattr(docs_snapshot, "busy", lambda spans, gap_s=600.0: (
+        max(e for _, e in spans) - min(s for s, _ in spans),) * 2 + (0,))
+    old = run_json()
+    assert (old["wall_s"], old["resumptions"]) != (run["wall_s"], run["resumptions"])
+
+
+def test_a_snapshot_from_before_span_s_says_its_wall_time_is_the_span(tmp_path):
+    """Kills: a rendering that calls an old snapshot's span (no span_s in its run.json) the time while jobs ran."""
+    snap = _snapshot(tmp_path)
+    (snap / "run.json").write_text('{"corpus": "toy", "commit": "abc", "date": "2026-01-01", "machine": '
+                                   '{"cpu": "CPU X", "avx512_bf16": false, "cores": 2}, "wall_s": 600, '
+                                   '"job_wall_s": 900, "jobs": 3, "runs": 2, "train_cpu_s": 500, "jobs_cpu_s": 60}')
+    assert "**10 min 00 s** of wall time from its first job's start to its last job's end" in docs_tables.timing(snap)
