@@ -214,3 +214,63 @@ def test_a_snapshot_from_before_span_s_says_its_wall_time_is_the_span(tmp_path):
                                    '{"cpu": "CPU X", "avx512_bf16": false, "cores": 2}, "wall_s": 600, '
                                    '"job_wall_s": 900, "jobs": 3, "runs": 2, "train_cpu_s": 500, "jobs_cpu_s": 60}')
     assert "**10 min 00 s** of wall time from its first job's start to its last job's end" in docs_tables.timing(snap)
+
+
+EXAMPLES = ("94.71 ± 0.46", "1 h 51 min 27 s", "383 CPU-min", "test 87.73", "course_report 39 min 52 s")
+
+
+def _insert_after(doc: Path, heading: str, line: str) -> int:
+    """Put `line` as a paragraph of its own right under `heading`; returns its line number."""
+    text = doc.read_text()
+    at = text.index(heading + "\n") + len(heading) + 1
+    doc.write_text(text[:at] + f"\n{line}\n" + text[at:])
+    return text[:at].count("\n") + 2
+
+
+@pytest.mark.parametrize("doc,heading", [("docs/benchmarks.md", "## Whole runs"),
+                                         ("docs/presets.md", "## The Penn Treebank presets"),
+                                         ("docs/adapt.md", "## In the pipeline: score modes")])
+def test_a_typed_ptb_figure_anywhere_in_docs_fails_the_check_naming_file_and_line(tmp_path, monkeypatch, doc,
+                                                                                   heading):
+    """A PTB row typed back into a docs page fails --check, with its file and line; a digit of it edited fails
+    too.  Kills: a typed-figure check confined to README.md, or one blind to a PTB context (the negative control
+    makes PTB_MARK match nothing and sees the typed row pass)."""
+    from lmgrid.analysis import docs_figures
+
+    root = _copy_docs(tmp_path)
+    for row in ("The PTB `seed_table` run took 4 h 50 min.", "On PTB the LSTM reached test 94.71 ± 0.46."):
+        shutil.copytree(REPO / "docs", root / "docs", dirs_exist_ok=True)
+        line = _insert_after(root / doc, heading, row)
+        problems = check(root)
+        assert problems and all(p.startswith(f"{doc}:{line}: ") for p in problems), problems
+        edited = re.sub(r"\d(?=\D*$)", lambda m: str((int(m[0]) + 1) % 10), row)  # its last digit changed
+        shutil.copytree(REPO / "docs", root / "docs", dirs_exist_ok=True)
+        _insert_after(root / doc, heading, edited)
+        assert check(root), edited
+    monkeypatch.setattr(docs_figures, "PTB_MARK", re.compile(r"(?!)"))
+    assert check(root) == [], "negative control: with no PTB context nothing should be flagged"
+
+
+@pytest.mark.parametrize("typed", EXAMPLES)
+def test_each_of_the_issues_examples_is_caught(tmp_path, typed):
+    """Kills: a figure pattern that misses a spread (94.71 ± 0.46), a duration of several units, CPU-minutes, a
+    figure after a word, or a preset's name as PTB context (course_report without the word PTB)."""
+    doc = tmp_path / "docs" / "notes.md"
+    doc.parent.mkdir()
+    context = "" if "course_report" in typed else "On PTB: "
+    doc.write_text(f"# Notes\n\n{context}{typed}.\n")
+    problems = check(tmp_path)
+    assert len(problems) == 1 and problems[0].startswith("docs/notes.md:3: "), problems
+
+
+def test_a_cited_published_figure_or_a_setting_passes_and_an_uncited_one_does_not(tmp_path):
+    """Kills: a check that flags a published figure cited with its source, or a budget (a setting, not a result),
+    and one that lets a PTB perplexity through because it looks like a published one."""
+    doc = tmp_path / "docs" / "notes.md"
+    doc.parent.mkdir()
+    lines = {"Zaremba et al. 2014 report 114.5 on PTB.": False, "On PTB, Merity et al. (2018) give 57.30.": False,
+             "The PTB preset has a time budget of 60 min.": False, "On PTB ours gave 114.61.": True,
+             "On PTB ours gave 114.5, Zaremba's figure.": False, "On PTB we got 114.5.": True}
+    for line, flagged in lines.items():
+        doc.write_text(f"# Notes\n\n{line}\n")
+        assert bool(check(tmp_path)) == flagged, line

@@ -4,7 +4,8 @@ must be written by the renderer (lmgrid.analysis.docs_render), inside a `<!-- lm
 What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the render blocks:
 
 * A *figure* is a perplexity-like number, a decimal with at least two digits before the point and one or two after
-  it (94.71, 114.5, 87.73; not 0.25, 1.8%, a version such as 2.13.0 or a date), or a duration, a number with a time
+  it (94.71, 114.5, 87.73; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference with two
+  decimals (+3.88; a gate slope such as +0.0357 has four and is not one), or a duration, a number with a time
   unit: `h`, `min`, `s`, `hours`, `minutes`, `seconds`, `CPU-min`, `CPU-minutes`, `CPU-hours`, `CPU min`
   (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
   are not figures.
@@ -28,7 +29,8 @@ PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![\w/])ptb|seed_table|course_re
 _UNIT = r"(?:CPU[- ]min(?:utes)?|CPU[- ]hours?|hours?|minutes?|seconds?|min|h|s)"
 FIGURE = re.compile(
     rf"(?<![\w.])(?:\d+ ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"           # 1 h 51 min 27 s, 383 CPU-min, 9 min
-    r"|(?<![\w.])\d{2,}\.\d\d?(?![\d%]|\.\d)")                         # 94.71, 114.5 (not 2.13.0, 1.8%)
+    r"|(?<![\w.])\d{2,}\.\d\d?(?![\d%]|\.\d)"                          # 94.71, 114.5 (not 2.13.0, 1.8%)
+    r"|(?<![\w.])[+\-\u2212]\d+\.\d\d(?![\d%]|\.\d)")                    # a difference: +3.88, -0.40
 AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al\.?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
                          r"|https?://|arXiv")
 SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$",
@@ -50,8 +52,8 @@ def published(line: str, start: int, end: int, cited: dict[str, str]) -> bool:
 
 
 def setting(line: str, start: int) -> bool:
-    before = _clause(line, start, start)
-    return bool(SETTING.search(before))
+    """A setting word just before the figure, in its clause (the clause's text up to the figure only)."""
+    return bool(SETTING.search(_clause(line[:start], start, start)))
 
 
 def _contexts(lines: list[str]) -> list[str]:
