@@ -10,13 +10,15 @@ What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the r
   (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
   are not figures.
 * A figure is in *PTB context* when its line, its paragraph (the run of non-blank lines around it; for a table row,
-  the row and its table's header row only, so a PTB row does not taint the other rows), one of the headings above
+  the row, its table's header row and the paragraph just above the table, its caption, so a PTB row does not taint
+  the other rows), one of the headings above
   it, or its file's name mentions the Penn Treebank: `PTB`, `Penn Treebank`, `ptb...` (results/ptb, ptb_budget,
   ptb-paper-medium) or a PTB preset's name (PTB_MARK: seed_table, course_report, zaremba_small).
 * It is let through when it is a *published* figure: PUBLISHED (docs_render) names its source and the line names
   that source (the README rule), or its clause (its table cell, or its sentence up to `.`/`;`) cites an author and
   year (`Zaremba et al. 2014`, `Press & Wolf (2017)`) or a URL; or when it is a *setting*, not a result: a setting
-  word (SETTING: budget, cap, limit, timeout, `at most`, ...) stands just before it in the same clause.
+  word (SETTING: budget, cap, limit, timeout, `at most`, ...) stands just before it in the same clause, or it is a
+  key's value (`lr=20.0`, `time_budget: 60`); a machine's load average (`load 9-10.5`) is not a result either.
 Fenced code blocks are scanned too: a pasted log is typed as much as a table is.
 """
 from __future__ import annotations
@@ -28,13 +30,13 @@ PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![\w/])ptb|seed_table|course_re
                       re.I)
 _UNIT = r"(?:CPU[- ]min(?:utes)?|CPU[- ]hours?|hours?|minutes?|seconds?|min|h|s)"
 FIGURE = re.compile(
-    rf"(?<![\w.])(?:\d+ ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"           # 1 h 51 min 27 s, 383 CPU-min, 9 min
+    rf"(?<![\w.])(?:\d+(?:\.\d+)? ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"  # 1 h 51 min 27 s, 383 CPU-min, 2.89 s
     r"|(?<![\w.])\d{2,}\.\d\d?(?![\d%]|\.\d)"                          # 94.71, 114.5 (not 2.13.0, 1.8%)
     r"|(?<![\w.])[+\-\u2212]\d+\.\d\d(?![\d%]|\.\d)")                    # a difference: +3.88, -0.40
 AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al\.?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
                          r"|https?://|arXiv")
-SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$",
-                     re.I)
+SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$"
+                     r"|[\w.]+=$|`?\w*[_.][\w.]*`?: ?$|\bload(?: average)?\b[^.;|]{0,16}$", re.I)
 OPEN, CLOSE = "<!-- lmgrid:render", "<!-- /lmgrid:render"
 
 
@@ -69,7 +71,11 @@ def _contexts(lines: list[str]) -> list[str]:
             top = i
             while top > 0 and lines[top - 1].lstrip().startswith("|"):
                 top -= 1
-            para = lines[top] + "\n" + line
+            cap_end = top - 1 if top > 0 and not lines[top - 1].strip() else top
+            cap_start = cap_end
+            while cap_start > 0 and lines[cap_start - 1].strip() and not lines[cap_start - 1].startswith("#"):
+                cap_start -= 1
+            para = "\n".join([*lines[cap_start:cap_end], lines[top], line])
         else:
             stop = next((j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))
             para = "\n".join(lines[para_start:stop])
