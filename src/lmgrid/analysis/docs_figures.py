@@ -9,7 +9,8 @@ What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the r
   unit: `h`, `min`, `s`, `hours`, `minutes`, `seconds`, `CPU-min`, `CPU-minutes`, `CPU-hours`, `CPU min`
   (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
   are not figures.
-* A figure is in *PTB context* when its line, its paragraph (the run of non-blank lines around it; for a table row,
+* A figure is in *PTB context* when its line, its paragraph (the run of non-blank lines around it, a list item
+  being a paragraph of its own; for a table row,
   the row, its table's header row and the paragraph just above the table, its caption, so a PTB row does not taint
   the other rows), one of the headings above
   it, or its file's name mentions the Penn Treebank: `PTB`, `Penn Treebank`, `ptb...` (results/ptb, ptb_budget,
@@ -37,6 +38,8 @@ AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al\.?| (?:&|and) [A-Z][a-zA-Z
                          r"|https?://|arXiv")
 SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$"
                      r"|[\w.]+=$|`?\w*[_.][\w.]*`?: ?$|\bload(?: average)?\b[^.;|]{0,16}$", re.I)
+# A list item starts a paragraph of its own: one item about PTB does not make its neighbours PTB.
+ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.) ")
 OPEN, CLOSE = "<!-- lmgrid:render", "<!-- /lmgrid:render"
 
 
@@ -67,6 +70,8 @@ def _contexts(lines: list[str]) -> list[str]:
             headings = {k: v for k, v in headings.items() if k < level} | {level: line}
         if not line.strip():
             para_start = i + 1
+        elif ITEM.match(line):
+            para_start = i
         if line.lstrip().startswith("|"):
             top = i
             while top > 0 and lines[top - 1].lstrip().startswith("|"):
@@ -77,7 +82,8 @@ def _contexts(lines: list[str]) -> list[str]:
                 cap_start -= 1
             para = "\n".join([*lines[cap_start:cap_end], lines[top], line])
         else:
-            stop = next((j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))
+            stop = next((j for j in range(i + 1, len(lines)) if not lines[j].strip() or ITEM.match(lines[j])),
+                        len(lines))
             para = "\n".join(lines[para_start:stop])
         out.append("\n".join([*headings.values(), para]))
     return out
