@@ -3,8 +3,8 @@ must be written by the renderer (lmgrid.analysis.docs_render), inside a `<!-- lm
 
 What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the render blocks:
 
-* A *figure* is a perplexity-like number, a decimal with at least two digits before the point and one or two after
-  it (94.71, 114.5, 87.73; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference with two
+* A *figure* is a perplexity-like number, a decimal with at least two digits before the point and at least one
+  after it (94.71, 114.5, 87.73, 854.666; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference with two
   decimals (+3.88; a gate slope such as +0.0357 has four and is not one), or a duration, a number with a time
   unit: `h`, `min`, `s`, `hours`, `minutes`, `seconds`, `CPU-min`, `CPU-minutes`, `CPU-hours`, `CPU min`
   (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
@@ -32,7 +32,7 @@ PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![\w/])ptb|seed_table|course_re
 _UNIT = r"(?:CPU[- ]min(?:utes)?|CPU[- ]hours?|hours?|minutes?|seconds?|min|h|s)"
 FIGURE = re.compile(
     rf"(?<![\w.])(?:\d+(?:\.\d+)? ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"  # 1 h 51 min 27 s, 383 CPU-min, 2.89 s
-    r"|(?<![\w.])\d{2,}\.\d\d?(?![\d%]|\.\d)"                          # 94.71, 114.5 (not 2.13.0, 1.8%)
+    r"|(?<![\w.])\d{2,}\.\d+(?![\d%]|\.\d)"                            # 94.71, 114.5, 854.666 (not 2.13.0, 1.8%)
     r"|(?<![\w.])[+\-\u2212]\d+\.\d\d(?![\d%]|\.\d)")                    # a difference: +3.88, -0.40
 AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al\.?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
                          r"|https?://|arXiv")
