@@ -182,8 +182,8 @@ def register(sub) -> None:
     s.add_argument("--from", dest="source", metavar="RESULTS", help="a finished run's results/<corpus> folder")
     s.add_argument("--snapshot", metavar="DIR", help="where its snapshot goes (docs/results/<name>)")
     s.add_argument("--render", action="store_true", help="rewrite every marked block from its snapshot")
-    s.add_argument("--check", action="store_true", help="fail when a block differs from what --render writes or "
-                                                        "README.md's results sections or any of README.md and docs/ a typed "
-                                                        "PTB result")
+    s.add_argument("--check", action="store_true", help="fail when a block differs from what --render writes, "
+                                                        "README.md's results sections hold a hand-typed figure, or "
+                                                        "README.md or docs/ a typed PTB result")
     s.add_argument("--root", default=".", help="the folder holding README.md and docs/ (default: current folder)")
     s.set_defaults(func=cmd_docs)
