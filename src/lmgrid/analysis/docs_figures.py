@@ -4,37 +4,39 @@ must be written by the renderer (lmgrid.analysis.docs_render), inside a `<!-- lm
 What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the render blocks:
 
 * A *figure* is a perplexity-like number, a decimal with at least two digits before the point and at least one
-  after it (94.71, 114.5, 87.73, 854.666; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference with two
-  decimals (+3.88; a gate slope such as +0.0357 has four and is not one), or a duration, a number with a time
+  after it (94.71, 114.5, 87.73, 854.666; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference
+  with two decimals (+3.88; a gate slope such as +0.0357 has four and is not one), or a duration, a number with a time
   unit: `h`, `min`, `s`, `hours`, `minutes`, `seconds`, `CPU-min`, `CPU-minutes`, `CPU-hours`, `CPU min`
   (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
   are not figures.
 * A figure is in *PTB context* when its line, its paragraph (the run of non-blank lines around it, a list item
-  being a paragraph of its own; for a table row,
-  the row, its table's header row and the paragraph just above the table, its caption, so a PTB row does not taint
-  the other rows), one of the headings above
-  it, or its file's name mentions the Penn Treebank: `PTB`, `Penn Treebank`, `ptb...` (results/ptb, ptb_budget,
+  being a paragraph of its own; for a table row, the row, its table's header row and the paragraph just above the
+  table, its caption, so a PTB row does not taint the other rows), one of the headings above it (a `#` line outside
+  a fenced code block), or its file's name mentions the Penn Treebank: `PTB`, `Penn Treebank`, `ptb...` (results/ptb, ptb_budget,
   ptb-paper-medium) or a PTB preset's name (PTB_MARK: seed_table, course_report, zaremba_small).
 * It is let through when it is a *published* figure: PUBLISHED (docs_render) names its source and the line names
   that source (the README rule), or its clause (its table cell, or its sentence up to `.`/`;`) cites an author and
   year (`Zaremba et al. 2014`, `Press & Wolf (2017)`) or a URL; or when it is a *setting*, not a result: a setting
   word (SETTING: budget, cap, limit, timeout, `at most`, ...) stands just before it in the same clause, or it is a
   key's value (`lr=20.0`, `time_budget: 60`); a machine's load average (`load 9-10.5`) is not a result either.
-Fenced code blocks are scanned too: a pasted log is typed as much as a table is.
+Fenced code blocks are scanned too: a pasted log is typed as much as a table is.  What it does not see: a figure
+whose PTB context is further away than its paragraph, caption or headings (a table several paragraphs below the
+sentence saying it was measured on PTB), a perplexity under 10 without a sign, and a time in a column headed
+`wall s` without a unit beside the number; those are for the reader to keep out.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![\w/])ptb|seed_table|course_report|zaremba_small|Zaremba-small",
+PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![a-z])ptb|seed_table|course_report|zaremba_small|Zaremba-small",
                       re.I)
 _UNIT = r"(?:CPU[- ]min(?:utes)?|CPU[- ]hours?|hours?|minutes?|seconds?|min|h|s)"
 FIGURE = re.compile(
     rf"(?<![\w.])(?:\d+(?:\.\d+)? ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"  # 1 h 51 min 27 s, 383 CPU-min, 2.89 s
     r"|(?<![\w.])\d{2,}\.\d+(?![\d%]|\.\d)"                            # 94.71, 114.5, 854.666 (not 2.13.0, 1.8%)
     r"|(?<![\w.])[+\-\u2212]\d+\.\d\d(?![\d%]|\.\d)")                    # a difference: +3.88, -0.40
-AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al\.?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
+AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al[._]?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
                          r"|https?://|arXiv")
 SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$"
                      r"|[\w.]+=$|`?\w*[_.][\w.]*`?: ?$|\bload(?: average)?\b[^.;|]{0,16}$", re.I)
@@ -45,7 +47,7 @@ OPEN, CLOSE = "<!-- lmgrid:render", "<!-- /lmgrid:render"
 
 def _clause(line: str, start: int, end: int) -> str:
     """The table cell or sentence part of `line` holding [start, end): cut at `|`, `;` and a sentence's `. `."""
-    text = line.replace("et al.", "et al")
+    text = line.replace("et al.", "et al_")  # the same length: start and end still point at the figure
     cuts = [m.end() for m in re.finditer(r"\||;|\.\s", text[:start])]
     ends = [m.start() for m in re.finditer(r"\||;|\.\s", text[end:])]
     return text[cuts[-1] if cuts else 0: end + ends[0] if ends else len(text)]
@@ -63,9 +65,11 @@ def setting(line: str, start: int) -> bool:
 
 def _contexts(lines: list[str]) -> list[str]:
     """For each line, the text its PTB context is judged on: its headings, its paragraph (or table header + row)."""
-    out, headings, para_start = [], {}, 0
+    out, headings, para_start, fenced = [], {}, 0, False
     for i, line in enumerate(lines):
-        if line.startswith("#"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if line.startswith("#") and not fenced:
             level = len(line) - len(line.lstrip("#"))
             headings = {k: v for k, v in headings.items() if k < level} | {level: line}
         if not line.strip():
