@@ -199,7 +199,8 @@ def test_a_run_resumed_next_session_counts_its_running_time_not_the_pause(tmp_pa
     run = run_json()
     assert (run["wall_s"], run["span_s"], run["resumptions"]) == (1 * h + 1.5 * h - 120, 10.5 * h, 1)
     text = docs_tables.timing(snap)
-    assert "**2 h 28 min** of wall time while its jobs ran, resumed once (10 h 30 min from its first" in text, text
+    assert "**2 h 28 min** of wall time while its jobs ran (4 jobs, 2 h 58 min of job time summed), resumed once: " \
+           "10 h 30 min from its first job's start" in text, text
     # Negative control: the old rule, the span from the first start to the last end, counts the 8-hour pause.
     monkeypatch.setattr(docs_snapshot, "busy", lambda spans, gap_s=600.0: (
         max(e for _, e in spans) - min(s for s, _ in spans),) * 2 + (0,))
