@@ -295,6 +295,7 @@ def cmd_progress(a) -> None:
 def cmd_warm_server(a) -> None:
     from lmgrid.orchestration.warm import serve
 
+    build_parser()  # its plugin modules, imported here once: each forked job builds the parser again, from them
     serve(a.socket, a.parent_pid, a.idle_s, run=main)  # orchestration/warm.py imports nothing of this module
 
 
