@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from lmgrid.analysis import budget, budget_plot
+from lmgrid.analysis import budget, budget_cli, budget_plot
 from lmgrid.common.errors import LmgridError
 from lmgrid.run.record import RunRecord, SplitScore
 
@@ -113,7 +113,7 @@ def test_a_run_without_a_flop_budget_is_one_line(tmp_path):
 def test_the_outputs_are_written(tmp_path):
     runs, refs = write_runs(tmp_path)
     budget.write(budget.compute_table(budget.run_rows(runs)), budget.references(refs), str(tmp_path / "out"))
-    for name in budget.OUTPUTS:
+    for name in budget_cli.OUTPUTS:
         assert (tmp_path / "out" / name).is_file(), name
     csv = pd.read_csv(tmp_path / "out" / "compute.csv")
     assert (csv["kind"] == "neural").sum() == 4 and (csv["kind"] == "ngram").sum() == 2

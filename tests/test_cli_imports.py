@@ -12,7 +12,7 @@ from pathlib import Path
 
 import lmgrid
 
-HEAVY = ("torch", "lightning", "pandas", "scipy", "matplotlib", "mlflow")
+HEAVY = ("torch", "lightning", "pytorch_lightning", "pandas", "scipy", "matplotlib", "mlflow")
 SRC = str(Path(lmgrid.__file__).resolve().parent.parent)
 
 
@@ -50,3 +50,13 @@ def test_a_light_command_runs_without_a_heavy_library(tmp_path):
     assert heavy_after(run) == []
     assert (tmp_path / "vocab.json").is_file()
     assert "pandas" in heavy_after("import lmgrid.analysis.summary")
+
+
+def test_scoring_from_a_saved_model_imports_torch_but_not_lightning():
+    """`lmgrid reset-scores` (4 jobs in the default run) evaluates a saved model: torch, not Lightning (about 3
+    CPU-seconds a job).  Kills: evaluate/corpus_order back in lmgrid.neural.module or LMData back in
+    lmgrid.neural.data (both import pytorch_lightning).  Negative control: the training module does import it."""
+    used = ("import lmgrid.testtime.reset\nfrom lmgrid.neural.evaluation import corpus_order, evaluate\n"
+            "from lmgrid.neural.data import StreamChunks, sentence_rows\nfrom lmgrid.neural.model_io import load_run")
+    assert heavy_after(used) == ["torch"]
+    assert "pytorch_lightning" in heavy_after("import lmgrid.neural.module")

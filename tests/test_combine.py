@@ -15,7 +15,7 @@ from lmgrid.testtime.combine import cells, mixture, scorefile
 from lmgrid.testtime.combine.mixture import combine, fit_weights
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
-from lmgrid.neural import module as module_mod
+from lmgrid.neural import evaluation as eval_mod
 from lmgrid.ngram.external import count_to_npz
 from lmgrid.ngram.model import train_run
 from lmgrid.run.record import RunRecord
@@ -54,22 +54,22 @@ def test_score_files_reproduce_the_runs_ppl(tmp_path, monkeypatch, arch, regime,
             cells.target_ids(cells.load_split(corpus["paths"][split]), Vocab.load(corpus["vocab_path"])))
     if regime != "stream":
         return
-    real = module_mod.batch_nll
+    real = eval_mod.batch_nll
 
     def stateless(model, x, y, regime, state=None, *a):  # mutation: every chunk from the zero state
         return real(model, x, y, regime, None, *a)
 
-    monkeypatch.setattr(module_mod, "batch_nll", stateless)
+    monkeypatch.setattr(eval_mod, "batch_nll", stateless)
     with pytest.raises(LmgridError, match="per-token scores give PPL"):
         _write_scores(corpus, run_dir, tmp_path / "bad")
-    monkeypatch.setattr(module_mod, "batch_nll", real)
+    monkeypatch.setattr(eval_mod, "batch_nll", real)
 
     def interleaved(token_nll, regime):  # mutation: chunk after chunk, each row-major (rows interleaved)
         nll = torch.cat([n.reshape(-1) for n, _ in token_nll])
         y = torch.cat([t.reshape(-1) for _, t in token_nll])
         return nll[y != -100], y[y != -100]
 
-    monkeypatch.setattr(module_mod, "corpus_order", interleaved)
+    monkeypatch.setattr(eval_mod, "corpus_order", interleaved)
     with pytest.raises(LmgridError, match="not the corpus's targets in order"):
         _write_scores(corpus, run_dir, tmp_path / "bad2")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad2").exists()  # nothing half-written
@@ -79,7 +79,7 @@ def test_token_nll_collector_changes_no_total_and_sums_to_it(tmp_path):
     """batch_nll/evaluate with a token_nll list return the very totals they return without it, and the per-token
     values sum to that total; window values equal NeuralLM's per-sentence scores (another code path).  Mutation
     killed: per-token values taken at the window's first position instead of its last."""
-    from lmgrid.neural.data import LMData
+    from lmgrid.neural.datamodule import LMData
     from lmgrid.neural.model_io import load_run
 
     corpus = tiny_corpus(tmp_path)
@@ -87,11 +87,11 @@ def test_token_nll_collector_changes_no_total_and_sums_to_it(tmp_path):
     lm = load_run(run_dir)
     data = LMData(corpus["paths"], lm.vocab, "window", n_step=4, eval_batch_size=17)
     data.setup()
-    plain = module_mod.evaluate(lm.model, data.dataloader("test"), "window", "cpu")
+    plain = eval_mod.evaluate(lm.model, data.dataloader("test"), "window", "cpu")
     collected = []
-    with_list = module_mod.evaluate(lm.model, data.dataloader("test"), "window", "cpu", token_nll=collected)
+    with_list = eval_mod.evaluate(lm.model, data.dataloader("test"), "window", "cpu", token_nll=collected)
     assert with_list == plain
-    nll, _ = module_mod.corpus_order(collected, "window")
+    nll, _ = eval_mod.corpus_order(collected, "window")
     assert float(nll.double().sum()) == pytest.approx(plain[0], rel=1e-6) and nll.numel() == plain[1]
     per_sentence = lm.sentence_logprobs(cells.load_split(corpus["paths"]["test"]))
     other = np.array([v for s in per_sentence for v in s])

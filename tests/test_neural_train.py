@@ -306,7 +306,7 @@ def test_test_ppl_and_gates_come_from_one_pass_over_test(tmp_path, monkeypatch, 
     before), recorded the same way, fails the one-pass check."""
     from lmgrid.models.lstm import LSTMLM
     from lmgrid.neural import gates as gates_mod
-    from lmgrid.neural.data import LMData
+    from lmgrid.neural.datamodule import LMData
     from lmgrid.neural.model_io import load_run
     from lmgrid.neural.module import evaluate
     from lmgrid.data.vocab import Vocab

@@ -18,7 +18,8 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.models import adaptive, build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.models.adaptive import AdaptiveHead, adaptive_cutoffs
-from lmgrid.neural.data import IGNORE, LMData
+from lmgrid.neural.data import IGNORE
+from lmgrid.neural.datamodule import LMData
 from lmgrid.neural.module import batch_nll, evaluate
 from lmgrid.data.ppl import perplexity
 from lmgrid.data.vocab import Vocab

@@ -18,7 +18,8 @@ import pytest
 
 from lmgrid.data.corpus import load_split
 from lmgrid.neural import module as module_mod
-from lmgrid.neural.data import IGNORE, LMData, batchify, encode, sentence_rows, stream_tokens
+from lmgrid.neural.data import IGNORE, batchify, encode, sentence_rows, stream_tokens
+from lmgrid.neural.datamodule import LMData
 from lmgrid.neural.model_io import load_run
 from lmgrid.neural.module import evaluate
 from lmgrid.data.ppl import EOS, PAD

@@ -29,7 +29,6 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write
 from lmgrid.run.record import RunRecord
 
-from lmgrid.analysis.budget_cli import BUDGET_DIR, OUTPUTS  # noqa: F401  (their home is the light module)
 
 
 def run_rows(runs: list[tuple[str, str]]) -> pd.DataFrame:

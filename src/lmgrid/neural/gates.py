@@ -213,7 +213,7 @@ def collect(model, batches, regime: str, device, bos: int, preceding: torch.Tens
     """gates.csv rows for `model` over `batches` (inputs, targets) of the test split; `bos` is the <s> id;
     `preceding` (preceding_words of the split's sentences) adds the padfree rows.  A pass of its own; a run gets
     them from the pass that scores test (train.py)."""
-    from lmgrid.neural.module import evaluate
+    from lmgrid.neural.evaluation import evaluate
 
     stats = GateStats(regime, bos, preceding)
     evaluate(model, batches, regime, device, gate_stats=stats)

@@ -48,7 +48,7 @@ from lmgrid.data.vocab import Vocab
 from lmgrid.neural import gates as gates_mod
 from lmgrid.neural.averaging import WeightAverage
 from lmgrid.neural.callbacks import EpochLog, Progress
-from lmgrid.neural.data import LMData
+from lmgrid.neural.datamodule import LMData
 from lmgrid.neural.module import LMModule, evaluate
 from lmgrid.neural.precision import autocast, fp32_settings, full_fp32, resolve_precision
 

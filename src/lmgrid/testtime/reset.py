@@ -46,7 +46,7 @@ def reset_token_nll(model, ids: list[list[int]], *, eos: int, pad: int, bptt: in
     import torch
 
     from lmgrid.neural.data import StreamChunks, sentence_rows
-    from lmgrid.neural.module import corpus_order, evaluate
+    from lmgrid.neural.evaluation import corpus_order, evaluate
 
     if batch_sentences < 1:
         raise LmgridError(f"batch_sentences: {batch_sentences} is not a whole number >= 1")

@@ -42,9 +42,9 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     import torch
 
     from lmgrid.neural import gates as gates_mod
-    from lmgrid.neural.data import LMData
+    from lmgrid.neural.datamodule import LMData
     from lmgrid.neural.model_io import load_run
-    from lmgrid.neural.module import corpus_order, evaluate
+    from lmgrid.neural.evaluation import corpus_order, evaluate
     from lmgrid.neural.precision import autocast, full_fp32
     from lmgrid.data.ppl import BOS
 
