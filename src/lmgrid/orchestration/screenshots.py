@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import importlib.util
 import json
 import os
 import re
@@ -93,7 +94,8 @@ def ansi_html(text: str) -> str:
         if m.group(2) == "m":
             _apply([int(p) if p else 0 for p in re.split("[;:]", m.group(1))], state)
         pos = m.end()
-    out.append(_span(text[pos:], state))
+    if pos < len(text):
+        out.append(_span(text[pos:], state))
     return "".join(out)
 
 
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             raise LmgridError("screenshots: no tmux (apt-get install -y tmux)")
         if report.chromium() is None:
             raise LmgridError("screenshots: no Chromium (make browser installs it)")
+        if importlib.util.find_spec("playwright") is None:
+            raise LmgridError("screenshots: no Playwright in this venv (make test installs it)")
         if not re.fullmatch(r"\d+x\d+", args.size):
             raise LmgridError(f"screenshots: --size {args.size!r} is not COLUMNSxLINES (e.g. 110x34)")
     except LmgridError as e:
