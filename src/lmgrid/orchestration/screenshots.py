@@ -204,13 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = run_command(args)
+    meta = provenance(args, command)  # the commit and date the run started from
     print(f"screenshots: running in a {args.size} tmux pane: {command}", file=sys.stderr)
     rc, frames = tmux_capture(command, size)
     if rc != 0:
         tail = [line for line in frames[-1][1].splitlines() if line.strip()][-10:]
         print("\n".join(tail) + f"\nscreenshots: the run failed (exit {rc}); no PNG written", file=sys.stderr)
         return 1
-    meta = provenance(args, command)
     middle = half_done(frames)
     shots = ([("terminal_running", middle)] if middle else []) + [("terminal_done", frames[-1])]
     for name, (t, frame) in shots:
