@@ -106,10 +106,10 @@ def _tmux_and_browser_or_skip():
 
 @pytest.mark.full
 def test_a_tmux_pane_is_captured_with_its_colours_and_photographed(tmp_path, monkeypatch):
-    """A command printing red text in a 40x6 pane: every frame is 6 lines (no status bar), the last is taken after
+    """A command printing red text in a 40x6 pane: the last frame is the pane's 6 lines, it is taken after
     the command's end (it shows the last word), the colour's SGR is in it, and the PNG of it holds red pixels.
-    Control, run here: the capture without -e has no colour.  Kills: colours dropped by capture-pane, a frame cut by
-    tmux's status line, a last frame taken before the run ended."""
+    Control, run here: the capture without -e has no colour.  Kills: colours dropped by capture-pane, a pane of another
+    size than asked, a last frame taken before the run ended, colours lost between the HTML and the PNG."""
     _tmux_and_browser_or_skip()
     import numpy as np
     from PIL import Image
