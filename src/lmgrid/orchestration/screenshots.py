@@ -152,6 +152,16 @@ def shoot(source: Path, png: Path, viewport=(1280, 900), element: str | None = N
         tab.goto(source.resolve().as_uri())
         (tab.locator(element) if element else tab).screenshot(path=str(png))
         browser.close()
+    fit_png(png)
+
+
+def fit_png(png: Path, limit_kb: int = 300) -> None:
+    """Over `limit_kb`, the PNG saved again with a palette of 256 colours (a screenshot's text and flat figures lose
+    nothing a reader sees), so the README's images stay small in the repository."""
+    if png.stat().st_size > limit_kb * 1024:
+        from PIL import Image
+
+        Image.open(png).convert("RGB").quantize(256).save(png, optimize=True)
 
 
 def machine() -> dict:
