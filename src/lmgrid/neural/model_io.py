@@ -124,6 +124,10 @@ def load_run(run_dir) -> NeuralLM:
         from lmgrid.run.spec import model_config_values
 
         values = model_config_values(values)
+    if blob.get("plugin"):  # a plug-in's class, imported again from the reference (or the file) its run used
+        from lmgrid.models.plugin import ensure
+
+        ensure(blob["plugin"])
     cfg = ModelConfig(**values)
     model = build_model(cfg)
     model.load_state_dict(blob["state_dict"])
