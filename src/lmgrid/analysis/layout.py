@@ -112,6 +112,13 @@ def _kind(stem: str) -> str:
     return "saturation" if stem.startswith("saturation_") else stem
 
 
+def saturation_model(stem: str) -> tuple[str, str]:
+    """'saturation_lstm_cell' -> ('lstm', 'cell'); the implementation is the last part (a plug-in's name may hold
+    '_': 'saturation_min_gru_plugin')."""
+    arch, impl = stem[len("saturation_"):].rsplit("_", 1)
+    return arch, impl
+
+
 def report_item(stem: str, ext: str) -> tuple[str, str] | None:
     """(caption file, label) when stem.ext belongs in the HTML report, else None."""
     kind = _kind(stem)
@@ -119,8 +126,7 @@ def report_item(stem: str, ext: str) -> tuple[str, str] | None:
         return None
     _, caption, label = REPORT_KINDS[kind]
     if kind == "saturation":
-        arch, impl = stem.split("_")[1:3]
-        label += f", {names.display(arch if impl == 'torch' else arch + '/' + impl)}"
+        label += f", {names.display(model_id(*saturation_model(stem)))}"
     return caption, label
 
 
@@ -139,7 +145,7 @@ def _main(plan: dict, keys: list[RunKey]) -> str | None:
 def _gate_view(stem: str, keys: list[RunKey]) -> tuple[tuple, int]:
     """What a gate output draws, and over how many seeds: its kind, its gated models (a saturation figure: one) and
     their depths and regimes."""
-    models = [tuple(stem.split("_")[1:3])] if stem.startswith("saturation_") else gated_models(keys)
+    models = [saturation_model(stem)] if stem.startswith("saturation_") else gated_models(keys)
     runs = [k for k in keys if (k.arch, k.impl) in models]
     return (stem, tuple(models), tuple(sorted({(k.layers, k.regime) for k in runs}))), len({k.seed for k in runs})
 

@@ -39,10 +39,12 @@ class PluginFacts:
     regimes: tuple
     gates: tuple
     citation: str = ""
+    class_name: str = ""  # the class's name in its source file (a copy of the file, shipped with an MLflow model)
 
     def spec_entry(self) -> dict:
         """What a run spec and a model.ckpt keep to import the class again."""
-        return {"name": self.name, "reference": self.reference, "source": self.source, "sha256": self.sha256}
+        return {"name": self.name, "reference": self.reference, "source": self.source, "sha256": self.sha256,
+                "class": self.class_name}
 
 
 _REGISTRY: dict[str, PluginFacts] = {}

@@ -140,7 +140,7 @@ def resolve(reference: str, base_dir: str | Path = ".", source: str | None = Non
     cls, src = load_class(reference, base_dir, source)
     f = check_class(cls)
     facts = registry.PluginFacts(**{**f.__dict__, "reference": reference, "source": src,
-                                    "sha256": registry.file_sha256(src)})
+                                    "sha256": registry.file_sha256(src), "class_name": cls.__name__})
     registry.register(facts)
     _CLASSES[facts.name] = cls
     return cls, facts
@@ -159,12 +159,18 @@ def plugin_class(name: str) -> type:
     return _CLASSES[name]
 
 
-def ensure(entry: dict) -> type:
+def ensure(entry: dict, file: str | None = None) -> type:
     """A run spec's or model.ckpt's `plugin` entry -> the class (imported, checked, registered); refused when the
-    class's lmgrid_name is no longer the run's."""
-    cls, facts = resolve(entry["reference"], ".", entry.get("source"))
+    class's lmgrid_name is no longer the run's.  `file`: a copy of the class's source file to import it from instead
+    (an MLflow model's artifact: in a fresh environment neither the reference nor the original path may exist)."""
+    if file:
+        cls_name = entry.get("class") or entry["reference"].rpartition(":")[2]
+        reference = f"{Path(file).resolve()}:{cls_name}"
+    else:
+        reference = entry["reference"]
+    cls, facts = resolve(reference, ".", entry.get("source"))
     if facts.name != entry["name"]:
-        raise LmgridError(f"plugin: {entry['reference']!r} now names {facts.name!r}, the run was "
+        raise LmgridError(f"plugin: {reference!r} now names {facts.name!r}, the run was "
                           f"{entry['name']!r}")
     return cls
 
@@ -264,3 +270,19 @@ def probe(cls: type, regimes, layers: int = 2) -> None:
         logits, _, _ = model(tokens, None, last_only=regime == "window")
         if logits.shape[-1] != vocab:
             raise PluginError(f"the model's logits have shape {_shape(logits)}, expected [..., {vocab}]")
+
+
+@torch.no_grad()
+def features_flops(cfg: ModelConfig, regime: str, bptt: int | None) -> float:
+    """A plug-in's forward FLOPs per predicted token before the output layer, counted by torch's FLOP counter
+    (matrix products, 2 per multiply-add, as lmgrid.models.flops counts the built-ins) on one forward of a batch of
+    one: a window (one predicted token), or a chunk of bptt tokens in the stream regime (divided by bptt)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    body = plugin_class(cfg.arch)(cfg).eval()
+    T = cfg.n_step - 1 if regime == "window" else (bptt or 35)
+    tokens = torch.zeros(1, T, dtype=torch.long)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        body.features(tokens, None, return_gates=False, last_only=regime == "window")
+    return counter.get_total_flops() / (1 if regime == "window" else T)
