@@ -100,3 +100,39 @@ def test_editing_the_plugin_reruns_its_cells_and_nothing_else(plugin_grid, repo,
     rules.write_text(rules.read_text().replace("        plugin=plugin_source,\n", ""))
     control = planned_jobs(snakemake(work, mutant, "-n"))
     assert "train_plugin_gated" not in control, control
+
+
+# A fresh interpreter: the plug-in's MLflow model, loaded by MLflow, scores test sentences.
+PYFUNC_LOAD = """
+import json, sys
+import mlflow
+from mlflow import MlflowClient
+uri, slug = sys.argv[1], sys.argv[2]
+client = MlflowClient(tracking_uri=uri)
+mlflow.set_tracking_uri(uri)
+runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+model = [r.data.tags["lmgrid.model"] for r in runs if r.data.tags.get("lmgrid.run_key", "").endswith(slug)
+         or slug in r.data.tags.get("lmgrid.model", "") or r.info.run_name == slug]
+loaded = mlflow.pyfunc.load_model(model[0])
+from lmgrid.tracking.pyfunc_model import perplexity_of
+print(perplexity_of(loaded.predict(open(sys.argv[3]).read().splitlines())))
+"""
+
+
+def test_the_plugins_mlflow_model_loads_without_its_folder(plugin_grid, tmp_path):
+    """The MLflow model of a plug-in cell carries the class's file: with the user's plugins/ folder gone it loads in
+    a fresh process and scores the test split at the cell's test PPL.  Kills: the file not shipped with the model."""
+    from lmgrid.run.key import RunKey
+
+    key = RunKey("tiny_gated", "plugin", 3, 1, "window", 1)
+    moved = tmp_path / "away"
+    shutil.move(plugin_grid / "plugins", moved)
+    try:
+        out = subprocess.run([sys.executable, "-c", PYFUNC_LOAD, f"sqlite:///{plugin_grid}/results/mlflow.db",
+                              key.slug, str(plugin_grid / "results/tiny/corpus/test.txt")],
+                             capture_output=True, text=True, cwd=plugin_grid, env={**os.environ, "LMGRID_PLUGINS": ""})
+    finally:
+        shutil.move(moved, plugin_grid / "plugins")
+    assert out.returncode == 0, out.stderr[-3000:]
+    ppl = json.loads((plugin_grid / PLUGIN_CELLS[0] / "metrics.json").read_text())["test"]["ppl"]
+    assert float(out.stdout.split()[-1]) == pytest.approx(ppl, rel=1e-4)
