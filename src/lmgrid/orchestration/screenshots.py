@@ -111,11 +111,11 @@ def tmux_capture(command: str, size: tuple[int, int], every_s: float = 1.0, env:
     """Run `command` (a shell line) in a detached tmux pane of size (columns, lines); returns
     (its exit status, [(seconds since start, captured pane with colours), ...], the last one taken after it ended)."""
     with tempfile.TemporaryDirectory() as tmp:
-        conf, rc_file, sock = Path(tmp, "tmux.conf"), Path(tmp, "rc"), f"lmgrid-shots-{os.getpid()}"
+        conf, rc_file, sock = Path(tmp, "tmux.conf"), Path(tmp, "rc"), Path(tmp, "socket")
         # No status line: a detached pane is the whole size anyway; this keeps it so when someone attaches.
         conf.write_text("set -g status off\nset -g default-terminal tmux-256color\n")
         shell = f"{command}; echo $? > {shlex.quote(str(rc_file))}; exec sleep 86400"
-        tmux = ["tmux", "-L", sock, "-f", str(conf)]
+        tmux = ["tmux", "-S", str(sock), "-f", str(conf)]  # a server of our own, its socket gone with `tmp`
         subprocess.run([*tmux, "new-session", "-d", "-s", "shots", "-x", str(size[0]), "-y", str(size[1]),
                         "sh", "-c", shell], check=True, env=env)
         frames, started = [], time.time()
