@@ -48,6 +48,26 @@ def _workdir(tmp_path, repo, ptb_dir, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def smoke_workdir(tmp_path_factory, new_store):
+    """smoke_workdir(corpus) -> the one work folder of the smoke runs that write results/<corpus>, shared by them in
+    END_TO_END's order: seed_table, course_report and zaremba_small all cut PTB to presets/smoke.yaml's ptb-smoke
+    (corpus and vocabulary made once), and ptb-paper-medium and -large train the very same cells under
+    presets/smoke-paper.yaml (test_the_paper_smoke_forms_train_the_same_cells), so large's run reuses medium's and
+    writes only its own tables.  Every check reads what its own run rewrote (its studies' folders, a summary and
+    reference of its own length and rows), so a preset run alone (-k) checks the same.  The MLflow store starts
+    migrated (conftest.mlflow_template); a store made by the workflow itself is tests/test_terminal_run.py's."""
+    folders: dict[str, Path] = {}
+
+    def get(corpus: str) -> Path:
+        if corpus not in folders:
+            folders[corpus] = tmp_path_factory.mktemp(corpus)
+            new_store(folders[corpus] / "results" / "mlflow.db")
+        return folders[corpus]
+
+    return get
+
+
 @pytest.mark.full  # the Penn Treebank (tests/tiers.py)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, monkeypatch):
@@ -90,6 +110,25 @@ def test_the_smoke_forms_cut_ptb_and_train_in_fp32(repo, ptb_dir, preset, monkey
     alone = load_config(files[:1])
     assert "max_sentences" not in alone["corpus"]
     assert preset == "zaremba_small" or set(precisions(alone).values()) == {"auto"}
+
+
+def test_the_paper_smoke_forms_train_the_same_cells(repo, monkeypatch):
+    """presets/smoke-paper.yaml over ptb-paper-medium and over ptb-paper-large: the same corpus, the same run keys
+    and the same resolved training settings per architecture, so the end-to-end test's large run finds medium's
+    cells done in their shared work folder (smoke_workdir) and retrains none.  Kills: a smoke file that leaves a
+    setting of one paper preset in place (without smoke-paper.yaml's dropout, large's 0.65 against medium's 0.5:
+    three more cells to train in CI).  Control, run here: the presets alone differ in their settings."""
+    monkeypatch.chdir(repo)
+
+    def cells(*files):
+        cfg = load_config(list(files))
+        runs = all_runs(cfg["studies"])
+        settings = {a: resolve_hparams(cfg["train"], a) for a in sorted({k.arch for k in runs})}
+        return cfg["corpus"], sorted(map(str, runs)), settings
+
+    medium, large = "presets/ptb-paper-medium.yaml", "presets/ptb-paper-large.yaml"
+    assert cells(medium, "presets/smoke-paper.yaml") == cells(large, "presets/smoke-paper.yaml")
+    assert cells(medium)[2] != cells(large)[2]
 
 
 def first_sentences(path: Path, n: int, last: bool = False) -> tuple[bytes, int]:
@@ -157,15 +196,15 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", END_TO_END)
-def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
+def test_every_study_of_a_preset_runs_end_to_end(smoke_workdir, repo, ptb_dir, preset, monkeypatch):
     """Each preset, cut to its smoke size, runs through Snakemake on real PTB, cut to the smoke file's first sentences
     of each split.  Kills: a preset study that fails, or leaves its table or findings out; a summary without every
     run; reference rows whose mean is not their runs' (the negative control, run below: rows set above every run,
     made self-consistent, must be caught); a corpus (or a scale's) not cut to the first N sentences of each split,
     or whose recorded sha256 is not the cut's (negative control, run below: a self-consistent cut of the last N)."""
-    work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
-    cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
+    work = _workdir(smoke_workdir(smoke["corpus"]["name"]), repo, ptb_dir, monkeypatch)
+    cfg = preset_config(repo, preset)
     if "seeds" in smoke:  # the smoke file's seeds replace the preset's: the workflow applies it after the preset
         cfg["seeds"] = smoke["seeds"]
         apply_seeds(cfg)
