@@ -198,9 +198,10 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 @pytest.mark.parametrize("preset", END_TO_END)
 def test_every_study_of_a_preset_runs_end_to_end(smoke_workdir, repo, ptb_dir, preset, monkeypatch):
     """Each preset, cut to its smoke size, runs through Snakemake on real PTB, cut to the smoke file's first sentences
-    of each split.  Kills: a preset study that fails, or leaves its table or findings out; a summary without every
-    run; reference rows whose mean is not their runs' (the negative control, run below: rows set above every run,
-    made self-consistent, must be caught); a corpus (or a scale's) not cut to the first N sentences of each split,
+    of each split (in the folder it shares with the presets of its smoke corpus: smoke_workdir).  Kills: a preset
+    study that fails, or leaves its table or findings out; a summary without every run; reference rows whose mean
+    is not their runs' (the negative control, run below: rows set above every run, made self-consistent, must be
+    caught); a corpus (or a scale's) not cut to the first N sentences of each split,
     or whose recorded sha256 is not the cut's (negative control, run below: a self-consistent cut of the last N)."""
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
     work = _workdir(smoke_workdir(smoke["corpus"]["name"]), repo, ptb_dir, monkeypatch)
