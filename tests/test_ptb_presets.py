@@ -49,20 +49,19 @@ def _workdir(tmp_path, repo, ptb_dir, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def smoke_workdir(tmp_path_factory, new_store):
+def smoke_workdir(tmp_path_factory):
     """smoke_workdir(corpus) -> the one work folder of the smoke runs that write results/<corpus>, shared by them in
     END_TO_END's order: seed_table, course_report and zaremba_small all cut PTB to presets/smoke.yaml's ptb-smoke
     (corpus and vocabulary made once), and ptb-paper-medium and -large train the very same cells under
     presets/smoke-paper.yaml (test_the_paper_smoke_forms_train_the_same_cells), so large's run reuses medium's and
     writes only its own tables.  Every check reads what its own run rewrote (its studies' folders, a summary and
-    reference of its own length and rows), so a preset run alone (-k) checks the same.  The MLflow store starts
-    migrated (conftest.mlflow_template); a store made by the workflow itself is tests/test_terminal_run.py's."""
+    reference of its own length and rows), so a preset run alone (-k) checks the same.  Each folder's MLflow store
+    is made from nothing by its first run's sync: MLflow's own migrations stay covered (docs/testing.md)."""
     folders: dict[str, Path] = {}
 
     def get(corpus: str) -> Path:
         if corpus not in folders:
             folders[corpus] = tmp_path_factory.mktemp(corpus)
-            new_store(folders[corpus] / "results" / "mlflow.db")
         return folders[corpus]
 
     return get
