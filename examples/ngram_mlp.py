@@ -59,7 +59,8 @@ class NGramMLP(nn.Module):
         """tokens [B, n_step-1] -> (hidden [B, 1, hidden_dim] for the token after the window, None, gates).
         Always one position, whatever last_only says: the window predicts only the token after it."""
         if tokens.dim() != 2 or tokens.shape[1] != self.context:
-            raise ValueError(f"ngram_mlp: tokens of shape {tuple(tokens.shape)} are not [batch, n_step-1={self.context}]")
+            raise ValueError(f"ngram_mlp: tokens of shape {tuple(tokens.shape)} are not "
+                             f"[batch, n_step-1={self.context}]")
         x = self.drop(self.embedding(tokens).flatten(1))  # [B, (n_step-1) * emb_dim]: position kept by concatenation
         x = self.proj(x)
         for block in self.blocks:
