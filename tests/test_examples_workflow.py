@@ -34,7 +34,7 @@ def examples_grid(tiny_pipeline, tmp_path_factory, repo) -> Path:
 
 def test_both_examples_get_a_summary_row_and_a_study_table(examples_grid):
     """Kills: an example missing from the summary or the study's table (its reference not resolved, its cell not
-    planned, its display name not used)."""
+    planned, its display name not used: run with NGramMLP's lmgrid_display changed to "ngram_mlp", failed)."""
     summary = pd.read_csv(examples_grid / "results/tiny/summary.csv")
     for name in CELLS:
         row = summary[summary["arch"] == name]
@@ -48,7 +48,7 @@ def test_both_examples_get_a_summary_row_and_a_study_table(examples_grid):
 
 def test_min_grus_gate_z_is_measured_and_the_n_gram_mlp_has_no_gates(examples_grid):
     """Kills: MinGRU's z not measured (its lmgrid_gates not read: no gates.csv), a gate outside [0, 1], gates
-    written for a model that declares none."""
+    written for a model that declares none.  Run with MinGRU's lmgrid_gates = (): no gates.csv, failed."""
     gates = pd.read_csv(examples_grid / CELLS["min_gru"] / "gates.csv")
     assert set(gates["gate"]) == {"z"} and gates["mean"].between(0, 1).all()
     assert not (examples_grid / CELLS["ngram_mlp"] / "gates.csv").exists()
