@@ -168,3 +168,110 @@ def test_the_published_parameter_count_reaches_the_rendered_table(tmp_path):
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("|")]
     at = cells[0].index("published parameters")
     assert [r[at] for r in cells[2:]] == ["2,700,000", "not stated"]
+
+
+def _benchmarks(results: Path, jobs) -> None:
+    """Synthetic Snakemake benchmark files: (name, wall_s, end time) each, the end set as the file's mtime."""
+    (results / "benchmarks").mkdir(parents=True, exist_ok=True)
+    (results / "summary.csv").write_text("model,test_ppl\nx,1.0\n")
+    for name, wall_s, end in jobs:
+        p = results / "benchmarks" / name
+        p.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{wall_s}\t0:00:00\t10\t1.0\n")
+        os.utime(p, (end, end))
+
+
+def test_a_run_resumed_next_session_counts_its_running_time_not_the_pause(tmp_path, monkeypatch):
+    """A run of two segments: jobs 0-1 h (two overlapping), then a stop, then jobs from 9 h to 10 h 30 min, with a
+    2-minute gap between two of them (Snakemake between jobs, not a resumption).  Kills: a wall time that is the
+    span from the first start to the last end (the negative control puts the old span back and sees it), that sums
+    overlapping jobs twice, or that counts a short gap between jobs as a resumption."""
+    h = 3600.0
+    t0 = 1_800_000_000.0
+    _benchmarks(tmp_path / "results" / "toy", [
+        ("a.tsv", h, t0 + h), ("b.tsv", h / 2, t0 + 0.75 * h),                     # segment 1: 0 to 1 h
+        ("c.tsv", h, t0 + 10 * h), ("d.tsv", 0.5 * h - 120, t0 + 10.5 * h)])       # segment 2: 9 h to 10 h 30 min
+    snap = tmp_path / "docs" / "results" / "toy"
+
+    def run_json():
+        docs_snapshot.snapshot(tmp_path / "results" / "toy", snap)
+        return pd.read_json(snap / "run.json", typ="series")
+
+    run = run_json()
+    assert (run["wall_s"], run["span_s"], run["resumptions"]) == (1 * h + 1.5 * h - 120, 10.5 * h, 1)
+    text = docs_tables.timing(snap)
+    assert "**2 h 28 min** of wall time while its jobs ran (4 jobs, 2 h 58 min of job time summed), resumed once: " \
+           "10 h 30 min from its first job's start" in text, text
+    # Negative control: the old rule, the span from the first start to the last end, counts the 8-hour pause.
+    monkeypatch.setattr(docs_snapshot, "busy", lambda spans, gap_s=600.0: (
+        max(e for _, e in spans) - min(s for s, _ in spans),) * 2 + (0,))
+    old = run_json()
+    assert (old["wall_s"], old["resumptions"]) != (run["wall_s"], run["resumptions"])
+
+
+def test_a_snapshot_from_before_span_s_says_its_wall_time_is_the_span(tmp_path):
+    """Kills: a rendering that calls an old snapshot's span (no span_s in its run.json) the time while jobs ran."""
+    snap = _snapshot(tmp_path)
+    (snap / "run.json").write_text('{"corpus": "toy", "commit": "abc", "date": "2026-01-01", "machine": '
+                                   '{"cpu": "CPU X", "avx512_bf16": false, "cores": 2}, "wall_s": 600, '
+                                   '"job_wall_s": 900, "jobs": 3, "runs": 2, "train_cpu_s": 500, "jobs_cpu_s": 60}')
+    assert "**10 min 00 s** of wall time from its first job's start to its last job's end" in docs_tables.timing(snap)
+
+
+EXAMPLES = ("94.71 ± 0.46", "1 h 51 min 27 s", "383 CPU-min", "test 87.73", "course_report 39 min 52 s")
+
+
+def _insert_after(doc: Path, heading: str, line: str) -> int:
+    """Put `line` as a paragraph of its own right under `heading`; returns its line number."""
+    text = doc.read_text()
+    at = text.index(heading + "\n") + len(heading) + 1
+    doc.write_text(text[:at] + f"\n{line}\n" + text[at:])
+    return text[:at].count("\n") + 2
+
+
+@pytest.mark.parametrize("doc,heading", [("docs/benchmarks.md", "## Whole runs"),
+                                         ("docs/presets.md", "## The Penn Treebank presets"),
+                                         ("docs/adapt.md", "## In the pipeline: score modes")])
+def test_a_typed_ptb_figure_anywhere_in_docs_fails_the_check_naming_file_and_line(tmp_path, monkeypatch, doc,
+                                                                                   heading):
+    """A PTB row typed back into a docs page fails --check, with its file and line; a digit of it edited fails
+    too.  Kills: a typed-figure check confined to README.md, or one blind to a PTB context (the negative control
+    makes PTB_MARK match nothing and sees the typed row pass)."""
+    from lmgrid.analysis import docs_figures
+
+    root = _copy_docs(tmp_path)
+    for row in ("The PTB `seed_table` run took 4 h 50 min.", "On PTB the LSTM reached test 94.71 ± 0.46."):
+        shutil.copytree(REPO / "docs", root / "docs", dirs_exist_ok=True)
+        line = _insert_after(root / doc, heading, row)
+        problems = check(root)
+        assert problems and all(p.startswith(f"{doc}:{line}: ") for p in problems), problems
+        edited = re.sub(r"\d(?=\D*$)", lambda m: str((int(m[0]) + 1) % 10), row)  # its last digit changed
+        shutil.copytree(REPO / "docs", root / "docs", dirs_exist_ok=True)
+        _insert_after(root / doc, heading, edited)
+        assert check(root), edited
+    monkeypatch.setattr(docs_figures, "PTB_MARK", re.compile(r"(?!)"))
+    assert check(root) == [], "negative control: with no PTB context nothing should be flagged"
+
+
+@pytest.mark.parametrize("typed", EXAMPLES)
+def test_each_of_the_issues_examples_is_caught(tmp_path, typed):
+    """Kills: a figure pattern that misses a spread (94.71 ± 0.46), a duration of several units, CPU-minutes, a
+    figure after a word, or a preset's name as PTB context (course_report without the word PTB)."""
+    doc = tmp_path / "docs" / "notes.md"
+    doc.parent.mkdir()
+    context = "" if "course_report" in typed else "On PTB: "
+    doc.write_text(f"# Notes\n\n{context}{typed}.\n")
+    problems = check(tmp_path)
+    assert len(problems) == 1 and problems[0].startswith("docs/notes.md:3: "), problems
+
+
+def test_a_cited_published_figure_or_a_setting_passes_and_an_uncited_one_does_not(tmp_path):
+    """Kills: a check that flags a published figure cited with its source, or a budget (a setting, not a result),
+    and one that lets a PTB perplexity through because it looks like a published one."""
+    doc = tmp_path / "docs" / "notes.md"
+    doc.parent.mkdir()
+    lines = {"Zaremba et al. 2014 report 114.5 on PTB.": False, "On PTB, Merity et al. (2018) give 57.30.": False,
+             "The PTB preset has a time budget of 60 min.": False, "On PTB ours gave 114.61.": True,
+             "On PTB ours gave 114.5, Zaremba's figure.": False, "On PTB we got 114.5.": True}
+    for line, flagged in lines.items():
+        doc.write_text(f"# Notes\n\n{line}\n")
+        assert bool(check(tmp_path)) == flagged, line

@@ -9,9 +9,10 @@ A document marks each rendered block with an HTML comment pair (invisible on Git
 `lmgrid docs --render` (`make docs`) rewrites every block from its snapshot; each block ends with one line naming
 the snapshot, the commit, the date and the machine of its run.  A block whose snapshot does not exist yet holds
 one line saying so.  `lmgrid docs --check` fails when a block differs from what the renderer writes, naming the
-file and the block, and when README.md's results sections (HAND_CHECKED_SECTIONS) hold a perplexity-like or
-time-like figure outside a block, unless it is a published figure cited with its source (PUBLISHED).  The tables
-(TABLES) are those of docs_tables.
+file and the block; when README.md's results sections (HAND_CHECKED_SECTIONS) hold a perplexity-like or time-like
+figure outside a block, unless it is a published figure cited with its source (PUBLISHED); and when any of README.md
+and docs/**/*.md holds a Penn Treebank perplexity, wall time or CPU time outside a block (lmgrid.analysis.docs_figures
+says what counts).  The tables (TABLES) are those of docs_tables.
 """
 from __future__ import annotations
 
@@ -130,18 +131,25 @@ def hand_typed(path: Path) -> list[str]:
 
 
 def check(root: str | Path = ".") -> list[str]:
-    """Every difference between a document's blocks and what the renderer writes, and every hand-typed figure in
-    README.md's results sections: one line each ([] when the docs are as rendered)."""
+    """Every difference between a document's blocks and what the renderer writes, every hand-typed figure in
+    README.md's results sections and every typed PTB figure of README.md and docs/: one line each ([] when the docs
+    are as rendered)."""
+    from lmgrid.analysis.docs_figures import typed_ptb_figures
+
     root = Path(root)
     problems = []
     for path in documents(root):
         text = path.read_text()
-        for b in blocks(path.relative_to(root), text):
+        shown = path.relative_to(root)
+        for b in blocks(shown, text):
             if b.body != render_body(b, root):
                 problems.append(f"{b.label} differs from what `lmgrid docs --render` writes")
-    readme = root / "README.md"
-    if readme.is_file():
-        problems += [p.replace(str(root) + "/", "", 1) for p in hand_typed(readme)]
+        if path.name == "README.md" and path.parent == root:
+            problems += [p.replace(str(root) + "/", "", 1) for p in hand_typed(path)]
+        # A figure the README rule flagged already is not named twice.
+        seen = {p.split(" is typed by hand")[0].replace("'", "") for p in problems}
+        problems += [p for p in typed_ptb_figures(path, PUBLISHED, str(shown))
+                     if p.split(" is a PTB result")[0].replace("'", "") not in seen]
     return problems
 
 
@@ -174,7 +182,8 @@ def register(sub) -> None:
     s.add_argument("--from", dest="source", metavar="RESULTS", help="a finished run's results/<corpus> folder")
     s.add_argument("--snapshot", metavar="DIR", help="where its snapshot goes (docs/results/<name>)")
     s.add_argument("--render", action="store_true", help="rewrite every marked block from its snapshot")
-    s.add_argument("--check", action="store_true", help="fail when a block differs from what --render writes or "
-                                                        "README.md's results sections hold a hand-typed figure")
+    s.add_argument("--check", action="store_true", help="fail when a block differs from what --render writes, "
+                                                        "README.md's results sections hold a hand-typed figure, or "
+                                                        "README.md or docs/ a typed PTB result")
     s.add_argument("--root", default=".", help="the folder holding README.md and docs/ (default: current folder)")
     s.set_defaults(func=cmd_docs)

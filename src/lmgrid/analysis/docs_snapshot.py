@@ -10,9 +10,11 @@ its metrics.json) and `run.json`:
 * `date`: the day the run's last job ended (UTC), from the newest benchmark file;
 * `machine`: this machine's CPU model (`lscpu`), whether it has avx512_bf16, its cores: take the snapshot on the
   machine that ran the run;
-* `wall_s`: from the start of the run's first job to the end of its last, each job's span read from its Snakemake
-  benchmark file (its end is the file's modification time, its start that less the wall time it records), so a run
-  resumed after a stop counts the pause too; `job_wall_s`: the jobs' wall times summed;
+* `wall_s`: the time while at least one job ran, the length of the union of the jobs' intervals, each read from its
+  Snakemake benchmark file (its end is the file's modification time, its start that less the wall time it records),
+  so a run stopped at a session's end and resumed in the next does not count the hours between; `span_s`: from the
+  first job's start to the last job's end, pauses included; `resumptions`: the gaps longer than RESUME_GAP_S with no
+  job running (a stop and a resume, most likely); `job_wall_s`: the jobs' wall times summed;
 * `train_cpu_s`: the training runs' own process CPU time (metrics.json `cpu_s`) summed; `jobs_cpu_s`: the other
   jobs' CPU time from their benchmark files (a training job's benchmark measures only the client that handed it to
   the warm server, lmgrid.orchestration.warm, so its CPU is taken from metrics.json instead);
@@ -45,6 +47,9 @@ RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "p
                 "stopped_because", "wall_s", "cpu_s", "precision", "device"]
 # A snapshot is kept in the repository: refuse one that grew past this (a run folder given by mistake).
 MAX_BYTES = 2 * 2**20
+# A gap this long with no job running counts as a resumption: longer than Snakemake's pause between two jobs of a
+# running workflow (seconds), shorter than a stop at a session's end and a start in the next.
+RESUME_GAP_S = 600.0
 
 
 def machine() -> dict:
@@ -77,6 +82,18 @@ def runs_table(results: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUNS_COLUMNS)
 
 
+def busy(spans: list[tuple[float, float]], gap_s: float = RESUME_GAP_S) -> tuple[float, float, int]:
+    """(seconds while at least one span ran, first start to last end, gaps of more than gap_s with none running)."""
+    merged: list[list[float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    gaps = [b[0] - a[1] for a, b in zip(merged, merged[1:])]
+    return (sum(e - s for s, e in merged), merged[-1][1] - merged[0][0], sum(g > gap_s for g in gaps))
+
+
 def timing(results: Path, runs: pd.DataFrame) -> dict:
     """The run's wall and CPU time from its benchmark files and its runs' metrics.json (module docstring)."""
     spans, job_wall, jobs_cpu = [], 0.0, 0.0
@@ -91,9 +108,11 @@ def timing(results: Path, runs: pd.DataFrame) -> dict:
             jobs_cpu += b.get("cpu_s", 0.0)
     if not spans:
         raise LmgridError(f"{results}/benchmarks: no benchmark file; is this a finished run's results/<corpus>?")
-    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    end = max(e for _, e in spans)
+    wall_s, span_s, resumptions = busy(spans)
     out = {"date": dt.datetime.fromtimestamp(end, dt.timezone.utc).date().isoformat(),
-           "wall_s": round(end - start, 1), "job_wall_s": round(job_wall, 1), "jobs": len(spans),
+           "wall_s": round(wall_s, 1), "span_s": round(span_s, 1), "resumptions": resumptions,
+           "job_wall_s": round(job_wall, 1), "jobs": len(spans),
            "train_cpu_s": round(float(runs["cpu_s"].fillna(0).sum()), 1), "jobs_cpu_s": round(jobs_cpu, 1)}
     # `make run`'s last step, the HTML report, records its wall time beside the corpora (one file for every corpus):
     # it is this run's when it ended after the run's last job.

@@ -119,12 +119,22 @@ def study(snap: Path, name: str) -> str:
 
 
 def timing(snap: Path, _arg: str = "") -> str:
-    """One line: the run's wall time (first job's start to last job's end) and its CPU time (run.json)."""
+    """One line: the run's wall time and its CPU time (run.json).  The wall time is the time while a job ran, with
+    the span from the first job's start to the last job's end and the resumptions beside it when the run was
+    stopped and resumed; a snapshot older than `span_s` recorded the span alone, and is said so."""
     r = read_json(snap / "run.json")
     cores = r["machine"]["cores"]
     share = (r["train_cpu_s"] + r["jobs_cpu_s"]) / (r["wall_s"] * cores)
-    return (f"The run took **{duration(r['wall_s'])}** of wall time from its first job's start to its last job's end "
-            f"({r['jobs']} jobs, {duration(r['job_wall_s'])} of job time summed); its "
+    jobs = f"{r['jobs']} jobs, {duration(r['job_wall_s'])} of job time summed"
+    if "span_s" not in r:
+        wall = f"**{duration(r['wall_s'])}** of wall time from its first job's start to its last job's end ({jobs})"
+    elif r["resumptions"]:
+        times = {1: "once", 2: "twice"}.get(r["resumptions"], f"{r['resumptions']} times")
+        wall = (f"**{duration(r['wall_s'])}** of wall time while its jobs ran ({jobs}), resumed {times}: "
+                f"{duration(r['span_s'])} from its first job's start to its last job's end, the pauses included")
+    else:
+        wall = f"**{duration(r['wall_s'])}** of wall time while its jobs ran, in one go ({jobs})"
+    return (f"The run took {wall}; its "
             f"{r['runs']} trained models used {duration(r['train_cpu_s'])} of CPU time, the other jobs "
             f"{duration(r['jobs_cpu_s'])}, together {share:.0%} of the {cores} cores' time over the run's wall time"
             + (" (so far below 100%: the jobs waited on one another or shared the machine with other work)."

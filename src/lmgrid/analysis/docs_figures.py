@@ -1,0 +1,115 @@
+"""Hand-typed Penn Treebank results in README.md and docs/**/*.md: every PTB perplexity, wall time or CPU time there
+must be written by the renderer (lmgrid.analysis.docs_render), inside a `<!-- lmgrid:render ... -->` block.
+
+What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the render blocks:
+
+* A *figure* is a perplexity-like number, a decimal with at least two digits before the point and at least one
+  after it (94.71, 114.5, 87.73, 854.666; not 0.25, 1.8%, a version such as 2.13.0 or a date), a signed difference
+  with two decimals (+3.88; a gate slope such as +0.0357 has four and is not one), or a duration, a number with a time
+  unit: `h`, `min`, `s`, `hours`, `minutes`, `seconds`, `CPU-min`, `CPU-minutes`, `CPU-hours`, `CPU min`
+  (`1 h 51 min 27 s` is one figure, `383 CPU-min` another).  Ratios, percentages, token rates and parameter counts
+  are not figures.
+* A figure is in *PTB context* when its line, its paragraph (the run of non-blank lines around it, a list item
+  being a paragraph of its own; for a table row, the row, its table's header row and the paragraph just above the
+  table, its caption, so a PTB row does not taint the other rows), one of the headings above it (a `#` line outside
+  a fenced code block), or its file's name mentions the Penn Treebank: `PTB`, `Penn Treebank`, `ptb...` (results/ptb, ptb_budget,
+  ptb-paper-medium) or a PTB preset's name (PTB_MARK: seed_table, course_report, zaremba_small).
+* It is let through when it is a *published* figure: PUBLISHED (docs_render) names its source and the line names
+  that source (the README rule), or its clause (its table cell, or its sentence up to `.`/`;`) cites an author and
+  year (`Zaremba et al. 2014`, `Press & Wolf (2017)`) or a URL; or when it is a *setting*, not a result: a setting
+  word (SETTING: budget, cap, limit, timeout, `at most`, ...) stands just before it in the same clause, or it is a
+  key's value (`lr=20.0`, `time_budget: 60`); a machine's load average (`load 9-10.5`) is not a result either.
+Fenced code blocks are scanned too: a pasted log is typed as much as a table is.  What it does not see: a figure
+whose PTB context is further away than its paragraph, caption or headings (a table several paragraphs below the
+sentence saying it was measured on PTB), a perplexity under 10 without a sign, and a time in a column headed
+`wall s` without a unit beside the number; those are for the reader to keep out.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PTB_MARK = re.compile(r"\bPTB\b|Penn Treebank|(?<![a-z])ptb|seed_table|course_report|zaremba_small|Zaremba-small",
+                      re.I)
+_UNIT = r"(?:CPU[- ]min(?:utes)?|CPU[- ]hours?|hours?|minutes?|seconds?|min|h|s)"
+FIGURE = re.compile(
+    rf"(?<![\w.])(?:\d+(?:\.\d+)? ?{_UNIT}(?: \d+ ?{_UNIT})*)(?![\w-])"  # 1 h 51 min 27 s, 383 CPU-min, 2.89 s
+    r"|(?<![\w.])\d{2,}\.\d+(?![\d%]|\.\d)"                            # 94.71, 114.5, 854.666 (not 2.13.0, 1.8%)
+    r"|(?<![\w.])[+\-\u2212]\d+\.\d\d(?![\d%]|\.\d)")                    # a difference: +3.88, -0.40
+AUTHOR_YEAR = re.compile(r"\b[A-Z][a-zA-Z-]+(?: et al[._]?| (?:&|and) [A-Z][a-zA-Z-]+)?,? \(?(?:19|20)\d\d\b"
+                         r"|https?://|arXiv")
+SETTING = re.compile(r"\b(?:budgets?|time_budget\w*|caps?|capped|limits?|timeout|at most|max\w*)\b[^.;|]{0,24}$"
+                     r"|[\w.]+=$|`?\w*[_.][\w.]*`?: ?$|\bload(?: average)?\b[^.;|]{0,16}$", re.I)
+# A list item starts a paragraph of its own: one item about PTB does not make its neighbours PTB.
+ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.) ")
+OPEN, CLOSE = "<!-- lmgrid:render", "<!-- /lmgrid:render"
+
+
+def _clause(line: str, start: int, end: int) -> str:
+    """The table cell or sentence part of `line` holding [start, end): cut at `|`, `;` and a sentence's `. `."""
+    text = line.replace("et al.", "et al_")  # the same length: start and end still point at the figure
+    cuts = [m.end() for m in re.finditer(r"\||;|\.\s", text[:start])]
+    ends = [m.start() for m in re.finditer(r"\||;|\.\s", text[end:])]
+    return text[cuts[-1] if cuts else 0: end + ends[0] if ends else len(text)]
+
+
+def published(line: str, start: int, end: int, cited: dict[str, str]) -> bool:
+    figure = line[start:end]
+    return cited.get(figure, "\0") in line or bool(AUTHOR_YEAR.search(_clause(line, start, end)))
+
+
+def setting(line: str, start: int) -> bool:
+    """A setting word just before the figure, in its clause (the clause's text up to the figure only)."""
+    return bool(SETTING.search(_clause(line[:start], start, start)))
+
+
+def _contexts(lines: list[str]) -> list[str]:
+    """For each line, the text its PTB context is judged on: its headings, its paragraph (or table header + row)."""
+    out, headings, para_start, fenced = [], {}, 0, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if line.startswith("#") and not fenced:
+            level = len(line) - len(line.lstrip("#"))
+            headings = {k: v for k, v in headings.items() if k < level} | {level: line}
+        if not line.strip():
+            para_start = i + 1
+        elif ITEM.match(line):
+            para_start = i
+        if line.lstrip().startswith("|"):
+            top = i
+            while top > 0 and lines[top - 1].lstrip().startswith("|"):
+                top -= 1
+            cap_end = top - 1 if top > 0 and not lines[top - 1].strip() else top
+            cap_start = cap_end
+            while cap_start > 0 and lines[cap_start - 1].strip() and not lines[cap_start - 1].startswith("#"):
+                cap_start -= 1
+            para = "\n".join([*lines[cap_start:cap_end], lines[top], line])
+        else:
+            stop = next((j for j in range(i + 1, len(lines)) if not lines[j].strip() or ITEM.match(lines[j])),
+                        len(lines))
+            para = "\n".join(lines[para_start:stop])
+        out.append("\n".join([*headings.values(), para]))
+    return out
+
+
+def typed_ptb_figures(path: Path, cited: dict[str, str], shown: str | None = None) -> list[str]:
+    """'FILE:LINE: FIGURE ...' for each PTB figure typed outside a render block (module docstring)."""
+    lines = path.read_text().splitlines()
+    file_is_ptb = bool(PTB_MARK.search(path.name))
+    problems, inside = [], False
+    for i, (line, context) in enumerate(zip(lines, _contexts(lines)), 1):
+        if line.startswith(OPEN):
+            inside = True
+            continue
+        if line.startswith(CLOSE):
+            inside = False
+            continue
+        if inside or not (file_is_ptb or PTB_MARK.search(context)):
+            continue
+        for m in FIGURE.finditer(line):
+            if published(line, m.start(), m.end(), cited) or setting(line, m.start()):
+                continue
+            problems.append(f"{shown or path}:{i}: {m[0]!r} is a PTB result typed by hand; render it from a "
+                            "snapshot (lmgrid docs) or cite its published source")
+    return problems
