@@ -88,15 +88,51 @@ def test_editing_the_plugin_reruns_its_cells_and_nothing_else(plugin_grid, repo,
     shutil.copytree(plugin_grid, work, symlinks=True)
     source = work / "plugins/tiny_gated.py"
     source.write_text(source.read_text() + "\n# an edit\n")
+    def trained(plan: dict) -> dict:
+        return {r: n for r, n in plan.items() if r.startswith("train") or r in ("ngram", "ngram_counts")}
+
     plan = planned_jobs(snakemake(work, repo, "-n"))
-    trained = {r: n for r, n in plan.items() if r.startswith("train") or r in ("ngram", "ngram_counts")}
-    assert trained == {"train_plugin_gated": 2}, plan
-    # The mutation: the source file not an input of the plug-in rules (a copy of the workflow without it).
+    assert trained(plan) == {"train_plugin_gated": 2}, plan
+    # The mutation: the source file not an input of the plug-in rules (a copy of the workflow without it).  Compared
+    # on modification times alone: with Snakemake's default triggers a rule whose set of inputs changed reruns anyway.
     mutant = tmp_path / "mutant"
     shutil.copytree(repo / "workflow", mutant / "workflow")
     shutil.copy(repo / "Snakefile", mutant / "Snakefile")
     shutil.copytree(repo / "profiles", mutant / "profiles")
     rules = mutant / "workflow/rules/train.smk"
     rules.write_text(rules.read_text().replace("        plugin=plugin_source,\n", ""))
-    control = planned_jobs(snakemake(work, mutant, "-n"))
-    assert "train_plugin_gated" not in control, control
+    assert trained(planned_jobs(snakemake(work, repo, "-n", "--rerun-triggers", "mtime"))) == {"train_plugin_gated": 2}
+    control = planned_jobs(snakemake(work, mutant, "-n", "--rerun-triggers", "mtime"))
+    assert trained(control) == {}, control
+
+
+# A fresh interpreter: the plug-in's MLflow model, loaded by MLflow, scores test sentences.
+PYFUNC_LOAD = """
+import json, sys
+import mlflow
+from mlflow import MlflowClient
+uri, run_dir = sys.argv[1], sys.argv[2]
+client = MlflowClient(tracking_uri=uri)
+mlflow.set_tracking_uri(uri)
+runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+model, = [r.data.tags["lmgrid.model"] for r in runs if r.data.tags.get("lmgrid.run_key") == run_dir]
+loaded = mlflow.pyfunc.load_model(model)
+from lmgrid.tracking.pyfunc_model import perplexity_of
+print(perplexity_of(loaded.predict(open(sys.argv[3]).read().splitlines())))
+"""
+
+
+def test_the_plugins_mlflow_model_loads_without_its_folder(plugin_grid, tmp_path):
+    """The MLflow model of a plug-in cell carries the class's file: with the user's plugins/ folder gone it loads in
+    a fresh process and scores the test split at the cell's test PPL.  Kills: the file not shipped with the model."""
+    moved = tmp_path / "away"
+    shutil.move(plugin_grid / "plugins", moved)
+    try:
+        out = subprocess.run([sys.executable, "-c", PYFUNC_LOAD, f"sqlite:///{plugin_grid}/results/mlflow.db",
+                              PLUGIN_CELLS[0], str(plugin_grid / "results/tiny/corpus/test.txt")],
+                             capture_output=True, text=True, cwd=plugin_grid, env={**os.environ, "LMGRID_PLUGINS": ""})
+    finally:
+        shutil.move(moved, plugin_grid / "plugins")
+    assert out.returncode == 0, out.stderr[-3000:]
+    ppl = json.loads((plugin_grid / PLUGIN_CELLS[0] / "metrics.json").read_text())["test"]["ppl"]
+    assert float(out.stdout.split()[-1]) == pytest.approx(ppl, rel=1e-4)

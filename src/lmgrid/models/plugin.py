@@ -135,13 +135,16 @@ def check_class(cls: type) -> registry.PluginFacts:
                                 regimes=regimes, gates=gates, citation=str(getattr(cls, "lmgrid_reference", "")))
 
 
-def resolve(reference: str, base_dir: str | Path = ".", source: str | None = None) -> tuple[type, registry.PluginFacts]:
-    """Import and check a plug-in, and register its facts (lmgrid.common.plugins) under its lmgrid_name."""
+def resolve(reference: str, base_dir: str | Path = ".", source: str | None = None,
+            register: bool = True) -> tuple[type, registry.PluginFacts]:
+    """Import and check a plug-in, and register its facts (lmgrid.common.plugins) under its lmgrid_name (with
+    register=False only its class, for this process)."""
     cls, src = load_class(reference, base_dir, source)
     f = check_class(cls)
     facts = registry.PluginFacts(**{**f.__dict__, "reference": reference, "source": src,
                                     "sha256": registry.file_sha256(src), "class_name": cls.__name__})
-    registry.register(facts)
+    if register:
+        registry.register(facts)
     _CLASSES[facts.name] = cls
     return cls, facts
 
@@ -168,7 +171,10 @@ def ensure(entry: dict, file: str | None = None) -> type:
         reference = f"{Path(file).resolve()}:{cls_name}"
     else:
         reference = entry["reference"]
-    cls, facts = resolve(reference, ".", entry.get("source"))
+    # A copy of the file (an MLflow model's) leaves the facts of the plug-in, where this process has them, alone:
+    # the MLflow sync logs the next cell's model with the original file, not with a copy it deleted.
+    register = not file or registry.facts(entry["name"]) is None
+    cls, facts = resolve(reference, ".", entry.get("source"), register=register)
     if facts.name != entry["name"]:
         raise LmgridError(f"plugin: {reference!r} now names {facts.name!r}, the run was "
                           f"{entry['name']!r}")
