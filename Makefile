@@ -23,7 +23,7 @@ export LMGRID_VERBOSE := $(if $(VERBOSE),1,0)
 SMKOUT  := $(if $(VERBOSE),--quiet host --printshellcmds,--logger lmgrid)
 DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 
-.PHONY: setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
+.PHONY: screenshots setup run dry unlock test test-full test-avx2 report lint clean status plan report-check browser mlflow docs kenlm
 
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
@@ -52,6 +52,14 @@ run: $(STAMP)
 	$(PY) -m lmgrid scales-run $(if $(CONFIG),--configfile $(CONFIG)) -- $(SMK) --cores $(CORES) $(SMKOUT)
 	LMGRID_REPORT=0 $(SMK) --cores $(CORES) $(SMKCFG) $(SMKOUT)
 	$(PY) -m lmgrid.orchestration.report_run $(SMK) --cores 1 $(SMKCFG) --report results/report_workflow.html
+
+## the README's screenshots from a real run of `make run` (same CONFIG/SET/CORES; results/ as make run): the terminal
+## in a 110x34 tmux pane at half the jobs and at the end, and the report's first view at 1280x900, as
+## docs/img/{terminal_running,terminal_done,report_first_view}.png, each with a .json naming the run, commit and
+## machine (lmgrid.orchestration.screenshots). Installs nothing: needs the venv, tmux and Chromium (make browser)
+screenshots:
+	@test -x $(PY) || { echo "make screenshots: no $(PY): make setup first"; exit 2; }
+	$(PY) -m lmgrid.orchestration.screenshots --snakemake $(SMK) --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)) --set "$$SET"
 
 ## what `make run` would run (same CONFIG/SET, same arguments), without running anything: the jobs per rule and
 ## why they would run, in a screenful (VERBOSE=1: every job with its reason)

@@ -285,37 +285,56 @@ SENTENCES = [["w1", "w2", "w3"], ["w4"], ["w5", "w1", "w2", "w6", "w7"], ["w2", 
 
 @torch.no_grad()
 def _direct(lm, sentence, with_separator=True):
-    """The contract's vector computed from the model's own outputs, one sentence at a time."""
+    """The contract's word states computed from the model's own outputs, one word at a time: [n, H]."""
     model, ids = lm.model, lm.vocab.encode(sentence)
-    if model.cfg.arch == "lstm":  # stream regime: the top layer's final hidden state after </s> + sentence
-        _, (h, _), _ = model(torch.tensor([[lm.eos, *ids] if with_separator else ids]))
-        return h[-1, 0].numpy()
-    k = lm.n_step - 1  # ffnn, window regime: the hidden layer over the last window, left-padded with <s>
-    window = ([lm.bos] * k + (ids if with_separator else ids[:-1]))[-k:]
-    x = model.embedding(torch.tensor([window])).flatten(1)
-    return model.act(model.hidden[0](x))[0].numpy()
+    rows = []
+    for i in range(1, len(ids) + 1):
+        if model.cfg.arch == "lstm":  # stream regime: the top layer's final hidden state after </s> + w1..wi
+            _, (h, _), _ = model(torch.tensor([[lm.eos, *ids[:i]] if with_separator else ids[:i]]))
+            rows.append(h[-1, 0].numpy())
+        else:  # ffnn, window regime: the hidden layer over the n_step-1 tokens ending at wi, left-padded with <s>
+            k = lm.n_step - 1
+            window = ([lm.bos] * k + ids[:i] if with_separator else [lm.bos] * k + ids[:i - 1])[-k:]
+            x = model.embedding(torch.tensor([window])).flatten(1)
+            rows.append(model.act(model.hidden[0](x))[0].numpy())
+    return np.stack(rows)
+
+
+def _sif(lm, sentence, states, component):
+    weights = [1e-3 / (1e-3 + lm.vocab.counts[w] / sum(lm.vocab.counts.values())) for w in sentence]
+    v = (np.array(weights)[:, None] * states).sum(0) / len(sentence)
+    return v - (v @ component) * component
 
 
 @pytest.mark.parametrize("arch,regime", [("lstm", "stream"), ("ffnn", "window")])
-def test_sentence_vector_is_the_contracts_state_whatever_the_batch(tmp_path, arch, regime):
-    """LSTM: the top layer's final hidden state after '</s> sentence'; FFNN: its hidden layer over the last window;
-    sentences of mixed lengths batched together give each the vector it gets alone.  kills: the LSTM read without
-    its </s> separator, the FFNN's window shifted by one token (checked against the same comparison)."""
+def test_sentence_vector_is_the_contracts_sif_mean_whatever_the_batch(tmp_path, arch, regime):
+    """LSTM: the top layer's state after '</s> w1 .. wi' for each word i; FFNN: its hidden layer over the window
+    ending at word i; weighted a / (a + p(w)) and averaged, less the projection on the common component (the first
+    singular vector of the reference's weighted means); sentences of mixed lengths batched together give each the
+    vector it gets alone.  kills: the LSTM read without its </s> separator (checked against the same comparison),
+    the </s> position's state taken for the first word's and the last word's left out, the FFNN's windows shifted
+    by one token (both run as mutants of export._word_states: they fail here)."""
     lm = export.load_neural(make_run(tmp_path, arch, regime, layers=2 if arch == "lstm" else 1))
-    got = export.sentence_vectors(lm, SENTENCES)
+    u = export.common_component(lm, SENTENCES)
+    means = np.stack([(export.sif_weights(lm.vocab)[lm.vocab.encode(s)][:, None] * _direct(lm, s)).mean(0)
+                      for s in SENTENCES])
+    assert np.allclose(np.abs(u), np.abs(np.linalg.svd(means)[2][0]), atol=1e-5)
+    got = export.sentence_vectors(lm, SENTENCES, reference=SENTENCES)
     for i, s in enumerate(SENTENCES):
-        assert np.allclose(got[i], _direct(lm, s), atol=1e-6)
-        assert np.allclose(export.sentence_vectors(lm, [s])[0], got[i], atol=1e-6)
-    assert not all(np.allclose(got[i], _direct(lm, s, with_separator=False), atol=1e-6)
+        assert np.allclose(got[i], _sif(lm, s, _direct(lm, s), u), atol=1e-6)
+        assert np.allclose(export.sentence_vectors(lm, [s], component=u)[0], got[i], atol=1e-6)
+    assert not all(np.allclose(got[i], _sif(lm, s, _direct(lm, s, with_separator=False), u), atol=1e-6)
                    for i, s in enumerate(SENTENCES))
 
 
 def test_transformer_sentence_vector_does_not_depend_on_the_batch(tmp_path, monkeypatch):
-    """The pooled transformer state of each sentence is the same in a mixed batch as alone.  kills: pooling over
-    every position of a batch padded to its longest sentence (here: the batch cut in 1-sentence pieces vs whole)."""
+    """The transformer's vector of each sentence is the same in a mixed batch as alone (the same common component).
+    kills: every position of a batch padded to its longest sentence read (run as a mutant of export._word_states:
+    inputs left-padded with </s>; it fails here)."""
     lm = export.load_neural(make_run(tmp_path, "transformer", "stream"))
-    together = export.sentence_vectors(lm, SENTENCES)
-    alone = np.stack([export.sentence_vectors(lm, [s])[0] for s in SENTENCES])
+    u = export.common_component(lm, SENTENCES)
+    together = export.sentence_vectors(lm, SENTENCES, component=u)
+    alone = np.stack([export.sentence_vectors(lm, [s], component=u)[0] for s in SENTENCES])
     assert np.allclose(together, alone, atol=1e-6)
     assert not np.allclose(together[0], together[3], atol=1e-3)  # 'w1 w2 w3' and 'w2 w3': pooled, not last only
 

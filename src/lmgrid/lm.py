@@ -28,7 +28,8 @@ class LanguageModel(Protocol):
         which holds the sentence so far without <s>."""
 
 
-def load(run_dir: str | Path) -> LanguageModel:
+def load(run_dir: str | Path, plugin_file: str | None = None) -> LanguageModel:
+    """A run's model.  `plugin_file`: a plug-in run's class file, where it is not at its reference (MLflow's copy)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise LmgridError(f"{run_dir}: run folder not found")
@@ -37,7 +38,7 @@ def load(run_dir: str | Path) -> LanguageModel:
         return load_run(run_dir)
     if (run_dir / "model.ckpt").exists():
         from lmgrid.neural.model_io import load_run
-        return load_run(run_dir)
+        return load_run(run_dir, plugin_file)
     raise LmgridError(f"{run_dir}: no trained model here (expected model.arpa or model.ckpt)")
 
 

@@ -7,7 +7,7 @@ from lmgrid.analysis.budget import OUTPUTS as BUDGET_OUTPUTS
 
 BUDGET_SCALES = [s for s in SCALES if s.config["train"].get("budget_flops", 0) > 0]
 BUDGET_RUNS = [(s.label, f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES
-               for key in all_runs(s.config["studies"]) if key.arch in NEURAL_ARCHS]
+               for key in all_runs(s.config["studies"]) if not key.is_ngram]
 BUDGET_REFERENCES = [f"{key.run_dir(CORPUS)}/metrics.json" for key in all_runs(config["studies"]) if key.is_ngram]
 _BUDGET_MISSING = [path for _, path in BUDGET_RUNS if not os.path.exists(path)]
 if BUDGET_SCALES and _BUDGET_MISSING:

@@ -15,7 +15,9 @@ from lmgrid.run.settings import COMPUTING
 from lmgrid.neural.placement import asks_for_gpus, plan, probe_gpu_bf16, visible_gpus
 from lmgrid.data.rawdata import ptb_sources
 from lmgrid.run.spec import CONTRACT_1_TRIGGERS, NO_PARAM, RunSpec, spec_path
-from lmgrid.run.key import NEURAL_ARCHS, NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, beside_runs
+from lmgrid.run.key import (NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, arch_constraint,
+                            beside_runs)
+from lmgrid.common import plugins
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
@@ -43,7 +45,23 @@ ENV = "../envs/lmgrid.yaml"
 
 wildcard_constraints:
     corpus=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    **WILDCARD_CONSTRAINTS,
+    **{**WILDCARD_CONSTRAINTS, "arch": arch_constraint()},  # the built-ins and the config's plug-ins
+
+
+# Plug-in architectures (lmgrid.common.plugins; docs/models.md, "Your own model"), resolved by workflow_config above.
+def plugin_archs(gated):
+    """The arch wildcard's pattern for the plug-ins with (gated) or without gates; one that matches nothing when
+    there are none (the rule then makes no job)."""
+    names = [n for n in plugins.names() if bool(plugins.facts(n).gates) == gated]
+    return "|".join(names) or "(?!)"
+
+
+def plugin_source(wildcards):
+    """A plug-in cell's class file: an input of its training job, so that editing the file reruns that plug-in's
+    cells and nothing else (Snakemake reruns a job whose input is newer than its outputs)."""
+    path = plugins.facts(wildcards.arch).source
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def brief(text):
@@ -124,7 +142,7 @@ def cell_spec(key):
 
 
 def neural_specs():
-    return [cell_spec(key) for key in all_runs(config["studies"]) if key.arch in NEURAL_ARCHS]
+    return [cell_spec(key) for key in all_runs(config["studies"]) if not key.is_ngram]
 
 
 # A local run on a machine with GPUs runs at most as many GPU jobs at once as it has GPUs (unless --resources
@@ -207,7 +225,7 @@ def start_warm_server():
 
     if not workflow.local_exec or os.environ.get("LMGRID_WARM", "1") == "0":
         return
-    neural = [key.arch for key in all_runs(config["studies"]) if key.arch in NEURAL_ARCHS]
+    neural = [key.arch for key in all_runs(config["studies"]) if not key.is_ngram]
     if not neural:
         return
     if any(spec.placement["device"] == "cuda" for spec in neural_specs()):

@@ -8,7 +8,7 @@ from lmgrid.run.reset_scores import RESET_FILE
 def reset_files():
     """The reset_scores.json of every stream-regime neural cell of the config (window cells have none)."""
     return [f"{key.run_dir(CORPUS)}/{RESET_FILE}" for key in all_runs(config["studies"])
-            if key.arch in NEURAL_ARCHS and key.regime == "stream"]
+            if not key.is_ngram and key.regime == "stream"]
 
 
 rule reset_scores:
@@ -21,7 +21,8 @@ rule reset_scores:
     output:
         f"{RUN_DIR}/{RESET_FILE}",
     wildcard_constraints:
-        arch="rnn|lstm|gru|transformer",
+        arch="|".join(["rnn", "lstm", "gru", "transformer"]  # and the plug-ins with a stream regime
+                      + [n for n in plugins.names() if "stream" in plugins.facts(n).regimes]),
         regime="stream",
     params:
         run_dir=RUN_DIR,

@@ -66,3 +66,28 @@ use rule train as train_gated with:
     priority: 1
     wildcard_constraints:
         arch="lstm|gru",
+
+
+# Plug-in architectures (docs/models.md, "Your own model"): the same job, with the class's source file as an input
+# (common.smk plugin_source), so an edit to it reruns that plug-in's cells and nothing else; a plug-in that returns
+# gates (lmgrid_gates) also writes gates.csv.
+use rule train as train_plugin with:
+    input:
+        train="results/{corpus}/corpus/train.txt",
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+        vocab="results/{corpus}/vocab.json",
+        plugin=plugin_source,
+    wildcard_constraints:
+        arch=plugin_archs(gated=False),
+
+
+use rule train_gated as train_plugin_gated with:
+    input:
+        train="results/{corpus}/corpus/train.txt",
+        valid="results/{corpus}/corpus/valid.txt",
+        test="results/{corpus}/corpus/test.txt",
+        vocab="results/{corpus}/vocab.json",
+        plugin=plugin_source,
+    wildcard_constraints:
+        arch=plugin_archs(gated=True),

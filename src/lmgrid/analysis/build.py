@@ -8,7 +8,7 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import expand_study
 from lmgrid.analysis import findings, gate_plots, plots, run_curves, tables
 from lmgrid.analysis.collect import load_study, read_oracle
-from lmgrid.analysis.layout import COLUMN_SUFFIX, STUDIES_DIR, TABLE_EXTS, study_plan
+from lmgrid.analysis.layout import COLUMN_SUFFIX, STUDIES_DIR, TABLE_EXTS, saturation_model, study_plan
 
 
 def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: str | Path = ".",
@@ -52,7 +52,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
                                                        paths[2])
             written += paths[0] + paths[1] + paths[2] + [f"{stem('gate_steps')}.tex"]
         elif s.startswith("saturation_"):
-            _, arch, impl = s.split("_", 2)
+            arch, impl = saturation_model(s)
             g = data["gates"][(data["gates"]["arch"] == arch) & (data["gates"]["impl"] == impl)]
             _need(g, "unit", name)
             written += gate_plots.saturation(g, stem(s))
@@ -66,7 +66,7 @@ def build_study(corpus: str, name: str, study: dict, oracle: dict | None, root: 
 
 def _need(gates, scope: str, study: str) -> None:
     if not (gates["scope"] == scope).any():
-        raise LmgridError(f"studies.{study}: no gates.csv rows with scope '{scope}' in its LSTM/GRU runs")
+        raise LmgridError(f"studies.{study}: no gates.csv rows with scope '{scope}' in its gated runs")
 
 
 def build_all(corpus: str, studies: dict, oracle_path: str | None, root: str | Path = ".") -> list[str]:

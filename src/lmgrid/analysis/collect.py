@@ -9,7 +9,7 @@ import pandas as pd
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.run.key import RunKey
-from lmgrid.run.gate_facts import GATED_ARCHS
+from lmgrid.run.gate_facts import is_gated
 from lmgrid.run.record import EVAL_SPLITS, RECORD_FILE, SCORE_FIELDS, RunRecord
 from lmgrid.analysis.layout import model_label
 
@@ -77,7 +77,7 @@ def load_study(keys: list[RunKey], corpus: str, root: str | Path = ".") -> dict[
             continue
         log = read_log(d / "log.csv")
         logs.append(log.assign(**key_fields(key)))
-        if key.arch in GATED_ARCHS:
+        if is_gated(key.arch):
             gates.append(read_gates(d / "gates.csv").assign(**key_fields(key)))
     runs_df = pd.DataFrame(runs, columns=KEY_COLUMNS + [c for c in (runs[0] if runs else {}) if c not in KEY_COLUMNS])
     logs_df = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=KEY_COLUMNS + LOG_COLUMNS)

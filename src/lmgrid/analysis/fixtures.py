@@ -17,7 +17,7 @@ import numpy as np
 from lmgrid.common.fileio import atomic_write, write_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import RunKey, all_runs
-from lmgrid.run.gate_facts import GATED_ARCHS
+from lmgrid.run.gate_facts import is_gated
 
 GATES = {"lstm": "ifog", "gru": "zr"}
 BASE_PPL = {"addk": 160.0, "katz": 120.0, "kn": 105.0, "mkn": 100.0, "ffnn": 95.0, "rnn": 92.0, "lstm": 85.0,
@@ -62,7 +62,7 @@ def write_run(run_dir: Path, key: RunKey, epochs: int = 4, units: int = 8) -> No
                 t = v * 0.95
                 w.writerow([e, 50 * (e + 1), round(math.log(t), 6), round(t, 4), round(math.log(v), 6), round(v, 4),
                             0.001, round(0.4 * (e + 1), 3)])
-    if key.arch in GATED_ARCHS:
+    if is_gated(key.arch):
         write_gates(run_dir / "gates.csv", key, rng, units)
     # A made-up model file and when the "training" ran (fixed, so fixtures are reproducible).
     m.update({"start_unix_s": 1.7e9 + 100 * key.n_step, "end_unix_s": 1.7e9 + 100 * key.n_step + 1.5})

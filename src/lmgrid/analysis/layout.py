@@ -8,7 +8,7 @@ a plot is made when the grid varies along its axis.
 from __future__ import annotations
 
 from lmgrid.common.errors import LmgridError
-from lmgrid.run.gate_facts import GATED_ARCHS
+from lmgrid.run.gate_facts import is_gated
 from lmgrid.analysis import names
 from lmgrid.run.key import RunKey, expand_study
 
@@ -25,7 +25,7 @@ COLUMN_SUFFIX = "_column"
 def model_id(arch: str, impl: str) -> str:
     """The architecture and implementation, e.g. 'lstm/cell'; the default implementation is left out.  Takes the two
     strings, not a RunKey, so that tables holding only those columns (lmgrid.analysis.summary) name models the same way."""
-    return arch if impl in ("torch", "ngram") else f"{arch}/{impl}"
+    return arch if impl in ("torch", "ngram", "plugin") else f"{arch}/{impl}"
 
 
 def model_label(key: RunKey) -> str:
@@ -34,7 +34,7 @@ def model_label(key: RunKey) -> str:
 
 
 def gated_models(keys: list[RunKey]) -> list[tuple[str, str]]:
-    return sorted({(k.arch, k.impl) for k in keys if k.arch in GATED_ARCHS})
+    return sorted({(k.arch, k.impl) for k in keys if is_gated(k.arch)})
 
 
 def study_plan(study: dict) -> dict[str, list[str]]:
@@ -63,7 +63,7 @@ def _plan(study: dict) -> dict[str, list[str]]:
     if neural:
         plan["curves"] = list(FIGURE_EXTS)
         plan["valid_curves"] = list(FIGURE_EXTS)  # one line per run (analysis.run_curves)
-    gated_window_steps = {k.n_step for k in keys if k.arch in GATED_ARCHS and k.regime == "window"}
+    gated_window_steps = {k.n_step for k in keys if is_gated(k.arch) and k.regime == "window"}
     if gated and len(gated_window_steps) > 1:
         plan["gates_vs_nstep"] = list(FIGURE_EXTS)
         plan["gates_effect"] = list(TABLE_EXTS)  # the trend test (analysis.effects.gate_trends)
@@ -112,6 +112,13 @@ def _kind(stem: str) -> str:
     return "saturation" if stem.startswith("saturation_") else stem
 
 
+def saturation_model(stem: str) -> tuple[str, str]:
+    """'saturation_lstm_cell' -> ('lstm', 'cell'); the implementation is the last part (a plug-in's name may hold
+    '_': 'saturation_min_gru_plugin')."""
+    arch, impl = stem[len("saturation_"):].rsplit("_", 1)
+    return arch, impl
+
+
 def report_item(stem: str, ext: str) -> tuple[str, str] | None:
     """(caption file, label) when stem.ext belongs in the HTML report, else None."""
     kind = _kind(stem)
@@ -119,8 +126,7 @@ def report_item(stem: str, ext: str) -> tuple[str, str] | None:
         return None
     _, caption, label = REPORT_KINDS[kind]
     if kind == "saturation":
-        arch, impl = stem.split("_")[1:3]
-        label += f", {names.display(arch if impl == 'torch' else arch + '/' + impl)}"
+        label += f", {names.display(model_id(*saturation_model(stem)))}"
     return caption, label
 
 
@@ -131,7 +137,7 @@ def main_figure(study: dict) -> str | None:
 
 
 def _main(plan: dict, keys: list[RunKey]) -> str | None:
-    if "gates_vs_nstep" in plan and all(k.arch in GATED_ARCHS for k in keys):
+    if "gates_vs_nstep" in plan and all(is_gated(k.arch) for k in keys):
         return "gates_vs_nstep"
     return next((s for s in ("ppl_vs_nstep", "ppl_vs_layers") if s in plan), None)
 
@@ -139,7 +145,7 @@ def _main(plan: dict, keys: list[RunKey]) -> str | None:
 def _gate_view(stem: str, keys: list[RunKey]) -> tuple[tuple, int]:
     """What a gate output draws, and over how many seeds: its kind, its gated models (a saturation figure: one) and
     their depths and regimes."""
-    models = [tuple(stem.split("_")[1:3])] if stem.startswith("saturation_") else gated_models(keys)
+    models = [saturation_model(stem)] if stem.startswith("saturation_") else gated_models(keys)
     runs = [k for k in keys if (k.arch, k.impl) in models]
     return (stem, tuple(models), tuple(sorted({(k.layers, k.regime) for k in runs}))), len({k.seed for k in runs})
 

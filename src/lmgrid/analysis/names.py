@@ -6,6 +6,8 @@ the figures show only display names.  A model id missing here is shown as it is 
 """
 from __future__ import annotations
 
+from lmgrid.common import plugins
+
 # Insertion order is the listing order: n-gram models by strength of smoothing, then the neural models.
 DISPLAY = {
     "addk": "Add-k",
@@ -27,8 +29,9 @@ _RANK = {m: i for i, m in enumerate(DISPLAY)}
 
 
 def display(model: str) -> str:
-    """'lstm/cell' -> 'LSTM (cell)'; an unknown id is returned unchanged."""
-    return DISPLAY.get(model, model)
+    """'lstm/cell' -> 'LSTM (cell)'; a plug-in's id -> its lmgrid_display (lmgrid.common.plugins); an unknown id is
+    returned unchanged."""
+    return DISPLAY.get(model) or plugins.display(model) or model
 
 
 def rank(model: str) -> tuple[int, str]:

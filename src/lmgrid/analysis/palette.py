@@ -33,9 +33,10 @@ MODEL_COLOURS = {
 MODEL_MARKERS = {"addk": "v", "katz": "^", "kn": "s", "mkn": "D", "ffnn": "o", "rnn": "p", "lstm": "P",
                  "lstm/cell": "X", "lstm/concat": "<", "lstm/cellonebias": ">", "gru": "h", "gru/cell": "d",
                  "transformer": "*"}
-# A model id outside names.DISPLAY (a new architecture) still gets the same colour in every figure: one of these,
-# picked by a hash of its id, not by its place among the lines.
-FALLBACK = ("#BBBBBB", "#000000", "#66CCEE", "#AA3377", "#228833", "#CCBB44")
+# A model id outside names.DISPLAY (a plug-in architecture: docs/models.md, "Your own model") still gets the same
+# colour in every figure: one of these, picked by a hash of its id, not by its place among the lines.  Each is at
+# least MIN_DISTANCE from every built-in's colour (tests/test_plugin.py), and none is black, the oracle's line.
+FALLBACK = ("#BBBBBB", "#CCBB44", "#4477AA", "#EE3377", "#009988", "#33BBEE")
 # Two colours closer than this (Euclidean distance in RGB, each channel 0-1) count as the same colour.
 MIN_DISTANCE = 0.15
 # Shades of a model's colour for its 2nd, 3rd, ... line: negative mixes toward black, positive toward white.

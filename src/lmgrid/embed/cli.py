@@ -32,14 +32,17 @@ def cmd_embed(a) -> None:
             raise LmgridError(f"--query: none of its words ({' '.join(query) or 'empty'}) is in the vocabulary "
                               f"of {a.run}")
     sentences, _ = read_sentences(a.sentences)
-    vectors = export.sentence_vectors(lm, sentences)
+    reference, where = export.reference_sentences(a.run, a.reference, sentences, a.sentences)
+    component = export.common_component(lm, reference)
+    print(f"common component: from {len(reference)} sentences of {where}", file=sys.stderr)
+    vectors = export.sentence_vectors(lm, sentences, component=component)
     if a.out:
         with atomic_write(a.out) as fh:
             for v in vectors:
                 fh.write("\t".join(f"{x:.9g}" for x in v) + "\n")  # 9 digits: float32 exactly
         print(f"wrote {a.out}: {len(vectors)} sentence vectors of dimension {vectors.shape[1]}", file=sys.stderr)
     if query is not None:
-        q = export.sentence_vectors(lm, [query])[0]
+        q = export.sentence_vectors(lm, [query], component=component)[0]
         print("rank\tcosine\tsentence")
         for rank, (row, cos) in enumerate(export.nearest_sentences(vectors, q, a.k), 1):
             print(f"{rank}\t{cos:.4f}\t{' '.join(sentences[row])}")
@@ -64,6 +67,10 @@ def register(sub) -> None:
     s.add_argument("--words", metavar="DIR", help="write DIR/input.w2v.txt (and DIR/output.w2v.txt when untied)")
     s.add_argument("--sentences", metavar="FILE", help="a text file, one sentence per line")
     s.add_argument("--out", help="write FILE's sentence vectors here, one tab-separated line per sentence")
+    s.add_argument("--reference", metavar="FILE",
+                   help="the sentences whose common component every sentence vector loses (the first 2,000 "
+                        "of FILE; default: the run's corpus/train.txt when the run is in a results tree, else "
+                        "--sentences FILE)")
     s.add_argument("--query", help="a sentence: print the nearest sentences of FILE by cosine similarity")
     s.add_argument("-k", type=int, default=5, help="how many nearest sentences (default 5)")
     s.set_defaults(func=cmd_embed)

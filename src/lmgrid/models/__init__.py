@@ -33,7 +33,12 @@ __all__ = ["ARCHS", "IMPLS", "ModelConfig", "build_model", "FFNNLM", "RNNLM", "L
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model cfg describes; raises LmgridError (one line naming the key and value) on a bad config."""
     cfg.validate()
-    model = ARCHS[cfg.arch](cfg)
+    if cfg.arch in ARCHS:
+        model = ARCHS[cfg.arch](cfg)
+    else:  # a plug-in (validate checked it is registered): the user's class under lmgrid's output layer
+        from lmgrid.models.plugin import PluginLM, plugin_class
+
+        model = PluginLM(plugin_class(cfg.arch), cfg)
     if cfg.init_range > 0:
         with torch.no_grad():
             for p in model.parameters():  # tied weights are one parameter: drawn once

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmgrid.common.errors import LmgridError
+from lmgrid.common import plugins
 
 # arch -> the implementations it offers; the first is the default.
 IMPLS: dict[str, tuple[str, ...]] = {
@@ -26,7 +27,7 @@ class ModelConfig:
     (lmgrid.run.spec.RunSpec.model_config), a model built by hand fills the rest from the schema
     (lmgrid.run.spec.model_config_defaults).  models/ stays free of I/O, so it does not read the schema itself."""
 
-    arch: str  # ffnn | rnn | lstm | gru | transformer
+    arch: str  # ffnn | rnn | lstm | gru | transformer | a registered plug-in's lmgrid_name (models/plugin.py)
     vocab_size: int
     impl: str  # lstm: torch | cell | concat | cellonebias ; gru: torch | cell ; others: torch
     n_step: int  # window size including the target: a window model sees n_step-1 context tokens
@@ -80,10 +81,11 @@ class ModelConfig:
             if value < lowest:
                 raise bad(key, f"is not allowed (must be >= {lowest})")
 
-        if self.arch not in IMPLS:
-            raise bad("arch", f"is not a known architecture (one of: {', '.join(IMPLS)})")
-        if self.impl not in IMPLS[self.arch]:
-            raise bad("impl", f"is not an implementation of {self.arch} (one of: {', '.join(IMPLS[self.arch])})")
+        impls = IMPLS.get(self.arch) or ((plugins.IMPL,) if plugins.is_plugin(self.arch) else None)
+        if impls is None:
+            raise bad("arch", f"is not a known architecture (one of: {', '.join(IMPLS)}) or registered plug-in")
+        if self.impl not in impls:
+            raise bad("impl", f"is not an implementation of {self.arch} (one of: {', '.join(impls)})")
         check_int("vocab_size", 2)
         # A window of n_step tokens holds n_step-1 context tokens; n_step < 2 leaves no context at all.
         check_int("n_step", 2)

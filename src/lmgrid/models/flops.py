@@ -122,6 +122,12 @@ def transformer_parts(cfg: ModelConfig, regime: str, bptt: int | None, dense_att
     return {"blocks": blocks / predicted, "attention": attention / predicted}
 
 
+def features_out_dim(cfg: ModelConfig) -> int:
+    from lmgrid.models.plugin import plugin_class
+
+    return plugin_class(cfg.arch)(cfg).out_dim
+
+
 def flops_per_token(cfg: ModelConfig, regime: str = "stream", bptt: int | None = None, fractions=None,
                     dense_attention: bool = False) -> FlopCount:
     """Forward FLOPs per predicted token of the model cfg builds, by part (see the module's docstring).
@@ -140,6 +146,12 @@ def flops_per_token(cfg: ModelConfig, regime: str = "stream", bptt: int | None =
             parts["direct"] = 2 * context * cfg.vocab_size
     elif cfg.arch == "transformer":
         parts.update(transformer_parts(cfg, regime, bptt, dense_attention))
+    elif cfg.arch not in GATES:  # a plug-in (models/plugin.py): counted, not derived
+        from lmgrid.models.plugin import features_flops
+
+        parts["features"] = features_flops(cfg, regime, bptt)
+        return FlopCount({k: float(v) for k, v in {**parts, "output": output_flops(
+            cfg, features_out_dim(cfg), fractions)}.items()})
     else:
         steps = cfg.n_step - 1 if regime == "window" else 1
         parts["recurrence"] = steps * recurrence_flops(cfg)

@@ -96,7 +96,8 @@ def corpus_vocab_path(run_dir: Path) -> Path | None:
     return None
 
 
-def load_run(run_dir) -> NeuralLM:
+def load_run(run_dir, plugin_file: str | None = None) -> NeuralLM:
+    """`plugin_file`: for a plug-in's run, a copy of the class's source file to import it from (an MLflow model's)."""
     run_dir = Path(run_dir)
     path = run_dir / "model.ckpt"
     try:
@@ -124,6 +125,10 @@ def load_run(run_dir) -> NeuralLM:
         from lmgrid.run.spec import model_config_values
 
         values = model_config_values(values)
+    if blob.get("plugin"):  # a plug-in's class, imported again from the reference (or the file) its run used
+        from lmgrid.models.plugin import ensure
+
+        ensure(blob["plugin"], plugin_file)
     cfg = ModelConfig(**values)
     model = build_model(cfg)
     model.load_state_dict(blob["state_dict"])

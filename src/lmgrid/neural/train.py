@@ -33,9 +33,10 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from lmgrid.common import plugins
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write
-from lmgrid.run.gate_facts import GATED_ARCHS
+from lmgrid.run.gate_facts import is_gated
 from lmgrid.models import IMPLS
 from lmgrid.data.ppl import BOS, perplexity
 from lmgrid.common.resources import own_usage
@@ -58,10 +59,15 @@ FILL_UNINITIALIZED_MEMORY = False
 
 
 def check_run(arch: str, impl: str, n_step: int, layers: int, regime: str) -> None:
-    if arch not in NEURAL_ARCHS:
-        raise LmgridError(f"arch: unknown neural architecture {arch!r} (one of: {', '.join(NEURAL_ARCHS)})")
-    if impl not in IMPLS[arch]:
-        raise LmgridError(f"impl: {impl!r} is not an implementation of {arch} (one of: {', '.join(IMPLS[arch])})")
+    plugin = plugins.facts(arch)
+    if arch not in NEURAL_ARCHS and plugin is None:
+        raise LmgridError(f"arch: unknown neural architecture {arch!r} (one of: {', '.join(NEURAL_ARCHS)}; or a "
+                          "plug-in: docs/models.md)")
+    impls = IMPLS[arch] if plugin is None else (plugins.IMPL,)
+    if impl not in impls:
+        raise LmgridError(f"impl: {impl!r} is not an implementation of {arch} (one of: {', '.join(impls)})")
+    if plugin is not None and regime not in plugin.regimes:
+        raise LmgridError(f"regime: plug-in {arch} supports {', '.join(plugin.regimes)}, not {regime!r}")
     if regime not in REGIMES:
         raise LmgridError(f"regime: unknown regime {regime!r} (one of: {', '.join(REGIMES)})")
     if layers < 1:
@@ -112,8 +118,10 @@ def _fingerprint(spec: RunSpec, placement: dict) -> str:
     and in which precision it trains (placement), so a checkpoint is never resumed on another device kind or
     precision.  The hashed JSON is what it has always been, so in-progress checkpoints keep resuming."""
     paths = {**spec.paths, "vocab": spec.vocab}
-    h = hashlib.sha256(json.dumps({"run": spec.cell, "hp": spec.computing(), "placement": placement},
-                                  sort_keys=True).encode())
+    ident = {"run": spec.cell, "hp": spec.computing(), "placement": placement}
+    if spec.plugin:  # a plug-in's source is part of the run: an edited file never resumes the old one's checkpoint
+        ident["plugin_sha256"] = plugins.file_sha256(spec.plugin["source"])
+    h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
         h.update(Path(paths[name]).read_bytes())
@@ -220,6 +228,10 @@ def _placement(spec: RunSpec) -> tuple[bool, str, str]:
 
 def build(spec: RunSpec, threads: int = 0) -> Job:
     """Data, model, placement and precision, and the checkpoint to resume from (its fingerprint checked)."""
+    if spec.plugin:  # a plug-in: its class imported again from the reference the config resolved
+        from lmgrid.models.plugin import ensure
+
+        ensure(spec.plugin)
     check_run(spec.arch, spec.impl, spec.n_step, spec.layers, spec.regime)
     hp = spec.hparams
     cuda, precision, precision_reason = _placement(spec)
@@ -338,7 +350,7 @@ def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
     best_row = (rows[-1] if budget else min(rows, key=lambda r: r["valid_loss"])) if rows else None
     # The window regime's padding-free rows need each test target's words before it, read in corpus order.
     preceding = gates_mod.preceding_words(data.sentences["test"]) if spec.regime == "window" else None
-    gate_stats = (gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if spec.arch in GATED_ARCHS
+    gate_stats = (gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if is_gated(spec.arch)
                   else None)
     ev = Evaluation(model, device, {}, best_row, gate_stats, 0.0, 0)
     for split in ("valid", "test"):
@@ -410,7 +422,8 @@ def write(job: Job, ev: Evaluation, t0: float) -> dict:
     extra = _record_extra(job, ev)
     if ev.gate_stats is not None:
         gates_mod.write(run_dir / "gates.csv", ev.gate_stats.rows())
-    save_model(run_dir / "model.ckpt", ev.model, job.model_config, job.vocab, spec.cell, job.hp, job.precision)
+    save_model(run_dir / "model.ckpt", ev.model, job.model_config, job.vocab, spec.cell, job.hp, job.precision,
+               plugin=spec.plugin)
     job.epoch_log.write(run_dir / "log.csv")
     extra["wall_s"] = round(time.time() - t0, 3)
     # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
@@ -430,12 +443,14 @@ def write(job: Job, ev: Evaluation, t0: float) -> dict:
 
 
 def save_model(path: Path, model, model_config: dict, vocab: Vocab, run_info: dict, hp: dict,
-               precision: str = "32-true") -> None:
+               precision: str = "32-true", plugin: dict | None = None) -> None:
     """What `lmgrid score/generate` need: weights, how to rebuild the model, the vocabulary and the regime, and the
     precision the run was scored in (so that scoring the model again gives its test_ppl)."""
     blob = {"format": CKPT_FORMAT, "model_config": model_config, "run": run_info, "hparams": hp, "precision": precision,
             "vocab": {"tokens": vocab.tokens, "counts": [vocab.counts.get(t, 0) for t in vocab.tokens]},
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    if plugin:  # a plug-in's class, to import again when the model is loaded (lmgrid.neural.model_io.load_run)
+        blob["plugin"] = dict(plugin)
     with atomic_write(path, "wb") as fh:
         torch.save(blob, fh)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from lmgrid.common.errors import LmgridError
-from lmgrid.run.key import NEURAL_ARCHS, all_runs, expand_study
+from lmgrid.run.key import NGRAM_ARCHS, all_runs, expand_study
 from lmgrid.run.schema import SCHEMA_PATH, load_schema, load_yaml, train_settings  # noqa: F401 - re-exported
 
 SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
@@ -321,7 +321,7 @@ def check_semantics(config: dict, sources: Sources | str = "config", base_dir: s
                 raise LmgridError(f"{src('corpus', 'synth', 'grammar', k)}: corpus.synth.grammar.{k}: unknown "
                                   f"grammar setting (known: {', '.join(sorted(known))})")
     for name, study in config["studies"].items():
-        if any(a in NEURAL_ARCHS for a in study["arch"]) and "window" in study["regime"]:
+        if any(a not in NGRAM_ARCHS for a in study["arch"]) and "window" in study["regime"]:
             bad = [n for n in study["n_step"] if n < 2]
             if bad:
                 raise LmgridError(f"{src('studies', name, 'n_step')}: studies.{name}.n_step: {bad[0]} is below 2, "
@@ -387,7 +387,7 @@ def _check_model_shapes(config: dict, src) -> None:
 
     cells = {}  # one cell per architecture: its settings are every cell's of that architecture
     for key in all_runs(config["studies"]):
-        if key.arch in NEURAL_ARCHS:
+        if not key.is_ngram:
             cells.setdefault(key.arch, key)
     train = config.get("train", {})
     for arch, key in sorted(cells.items()):
@@ -420,12 +420,19 @@ def check(config: dict, schema_path: str | Path | None = None, source: Sources |
           base_dir: str | Path = ".") -> dict:
     """Validate `config` against the schema, fill in the schema's defaults (in place), then the checks beyond
     the schema.  Returns the config."""
-    schema = load_schema(schema_path)
+    from lmgrid.orchestration import plugins
+
+    src = (lambda *parts: source) if isinstance(source, str) else (lambda *parts: source.of(parts))
+    # Plug-in architectures (docs/models.md, "Your own model"): each reference imported and checked, and replaced by
+    # its lmgrid_name, which the schema then knows like a built-in's.
+    found = plugins.resolve(config, src, base_dir)
+    schema = plugins.schema_with(load_schema(schema_path), found)
     check_schema(config, sources=source, schema=schema)
     fill_defaults(config, schema)
     drop_neutral_cut(config["corpus"])
     apply_seeds(config)
     check_semantics(config, source, base_dir)
+    plugins.probe_all(config, src, found)
     return config
 
 

@@ -8,10 +8,22 @@
 """
 from __future__ import annotations
 
-GATED_ARCHS = ("lstm", "gru")  # the architectures whose gates are measured (gates.csv)
+from lmgrid.common import plugins
+
+GATED_ARCHS = ("lstm", "gru")  # the built-in architectures whose gates are measured (gates.csv)
 TANH_GATES = ("g",)
 SATURATION = {"sigmoid": (0.1, 0.9), "tanh": (-0.9, 0.9)}  # (left-saturated below, right-saturated above)
 
 
 def saturation_bounds(gate: str) -> tuple[float, float]:
     return SATURATION["tanh" if gate in TANH_GATES else "sigmoid"]
+
+
+def gated_archs() -> tuple[str, ...]:
+    """Every architecture whose gates are measured: the built-in gated ones and each registered plug-in that
+    declares gates (lmgrid_gates; lmgrid.common.plugins)."""
+    return GATED_ARCHS + plugins.gated_names()
+
+
+def is_gated(arch: str) -> bool:
+    return arch in gated_archs()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass
 
+from lmgrid.common import plugins
+
 NGRAM_ARCHS = ("addk", "katz", "kn", "mkn")
 NEURAL_ARCHS = ("ffnn", "rnn", "lstm", "gru", "transformer")
 ARCHS = NGRAM_ARCHS + NEURAL_ARCHS
@@ -26,8 +28,20 @@ def beside_runs(folder: str, suffix: str = "") -> str:
     return RUN_DIR.replace("results/{corpus}/runs/", f"results/{{corpus}}/{folder}/", 1) + suffix
 
 
-WILDCARD_CONSTRAINTS = {"arch": "|".join(ARCHS), "impl": r"[a-z]+", "n_step": r"\d+", "layers": r"\d+",
+WILDCARD_CONSTRAINTS = {"arch": "|".join(ARCHS),  # the workflow adds the plug-ins' names (arch_constraint) "impl": r"[a-z]+", "n_step": r"\d+", "layers": r"\d+",
                         "regime": "|".join(REGIMES), "seed": r"\d+"}
+
+
+def arch_constraint() -> str:
+    """The arch wildcard's pattern: every built-in and every registered plug-in (lmgrid.common.plugins)."""
+    return "|".join(ARCHS + plugins.names())
+
+
+def impls_of(arch: str) -> tuple[str, ...]:
+    """The implementations of an architecture, the default first: a plug-in has one, `plugin`."""
+    if arch in IMPLS:
+        return IMPLS[arch]
+    return (plugins.IMPL,) if plugins.is_plugin(arch) else ("torch",)
 
 
 @dataclass(frozen=True, order=True)
@@ -46,7 +60,7 @@ class RunKey:
     @property
     def name(self) -> str:
         """Short label for tables and run tags, e.g. 'lstm/cell n5 l2 window s1'."""
-        model = self.arch if self.impl in ("torch", NGRAM_IMPL) else f"{self.arch}/{self.impl}"
+        model = self.arch if self.impl in ("torch", NGRAM_IMPL, plugins.IMPL) else f"{self.arch}/{self.impl}"
         return f"{model} n{self.n_step} l{self.layers} {self.regime} s{self.seed}"
 
     @property
@@ -83,7 +97,7 @@ def expand_study(study: dict) -> list[RunKey]:
     """Every distinct run of one study (a dict with the schema's keys and defaults applied)."""
     keys = set()
     for arch in study["arch"]:
-        valid = IMPLS.get(arch, ("torch",))
+        valid = impls_of(arch)
         impls = [i for i in study.get("impl", ["torch"]) if i in valid] or [valid[0]]
         for impl, n, layers, regime, seed in itertools.product(
                 impls, study["n_step"], study.get("layers", [1]), study.get("regime", ["window"]),

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmgrid.common import plugins
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json, write_json
 from lmgrid.data.corpus import SPLITS
@@ -78,6 +79,9 @@ class RunSpec:
     # (lmgrid.neural.placement.plan); None (a spec built by hand): train.accelerator decides, precision as it resolves.
     placement: dict | None
     live_mlflow: dict | None  # Lightning MLFlowLogger kwargs when mlflow.live is on, else None
+    # A plug-in architecture (lmgrid.common.plugins): {name, reference, source, sha256}, to import its class again in
+    # the job; None for a built-in.  Written to the file only when set, so a built-in's spec file is what it was.
+    plugin: dict | None = None
 
     @classmethod
     def build(cls, *, arch: str, impl: str, n_step: int, layers: int, regime: str, seed: int, corpus: str,
@@ -102,12 +106,15 @@ class RunSpec:
             ckpt_dir=ckpt_dir or beside_runs("ckpt/runs").format(corpus=corpus, **fields),
             hparams=resolve_hparams(train, arch),
             placement={"device": placement[0], "precision": placement[1]} if placement else None,
-            live_mlflow=live_mlflow or None)
+            live_mlflow=live_mlflow or None, plugin=plugins.spec_entry(key.arch))
         return spec
 
     # -- the file ------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {f: getattr(self, f) for f in _FIELDS}
+        out = {f: getattr(self, f) for f in _FIELDS}
+        if self.plugin:
+            out["plugin"] = dict(self.plugin)
+        return out
 
     def text(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n"
@@ -141,7 +148,7 @@ class RunSpec:
         for f in _FIELDS:
             if f not in data:
                 raise LmgridError(f"{source}: {f}: required field is missing")
-        unknown = [f for f in data if f not in _FIELDS]
+        unknown = [f for f in data if f not in _FIELDS + ("plugin",)]
         if unknown:
             raise LmgridError(f"{source}: {unknown[0]}: unknown field (known: {', '.join(_FIELDS)})")
         for f, types in (("arch", str), ("impl", str), ("regime", str), ("corpus", str), ("vocab", str),
@@ -165,6 +172,9 @@ class RunSpec:
                                       or placement["precision"] not in PRECISIONS):
             raise LmgridError(f"{source}: placement: expected {{device: {'|'.join(DEVICES)}, precision: "
                               f"{'|'.join(PRECISIONS)}}}, got {placement!r}")
+        plugin = data.get("plugin")
+        if plugin is not None and (not isinstance(plugin, dict) or not {"name", "reference", "source"} <= set(plugin)):
+            raise LmgridError(f"{source}: plugin: expected {{name, reference, source, sha256}}, got {plugin!r}")
         live = data["live_mlflow"]
         if live is not None and "tracking_uri" not in live:
             raise LmgridError(f"{source}: live_mlflow: expected MLFlowLogger arguments with a tracking_uri")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmgrid.common import plugins
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
@@ -343,8 +344,9 @@ class Syncer:
             return None
         files = self.data.files if self.data is not None else {}
         with mlflow.start_run(run_id=run_id, log_system_metrics=False):
+            plugin = plugins.facts(key.arch)  # a plug-in's class file goes with its model
             info = pyfunc_model.log_cell_model(key.slug, model_file, files.get("vocab"), files.get("test"), params,
-                                               {TAG_KEY: tag})
+                                               {TAG_KEY: tag}, plugin.source if plugin else None)
         self.client.set_tag(run_id, TAG_MODEL, info.model_uri)
         if self.register_models:
             name = registered_name(self.experiment, key)

@@ -46,7 +46,8 @@ class LmgridPyfunc(_mlflow().pyfunc.PythonModel):
     def load_context(self, context) -> None:
         from lmgrid import lm
 
-        self.model = lm.load(Path(context.artifacts["model"]).parent)
+        # A plug-in's run: its class file travels as an artifact, imported from there (docs/models.md).
+        self.model = lm.load(Path(context.artifacts["model"]).parent, context.artifacts.get("plugin"))
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         sentences = [str(s).split() for s in sentences_of(model_input)]
@@ -171,11 +172,14 @@ def _quiet():
 
 
 def log_cell_model(name: str, model_file: Path, vocab: Path | None, example_text: Path | None, params: dict,
-                   tags: dict):
+                   tags: dict, plugin_source: str | None = None):
     """Log the pyfunc model of one cell, named `name` (RunKey.slug), into the active run; returns MLflow's
-    ModelInfo."""
+    ModelInfo.  `plugin_source`: a plug-in cell's class file, logged beside the model so it loads in a fresh
+    process without the user's folder."""
     mlflow = _mlflow()
     artifacts = {"model": str(model_file)}
+    if plugin_source:
+        artifacts["plugin"] = str(plugin_source)
     if vocab is not None and vocab.is_file():
         artifacts["vocab"] = str(vocab)
     with _quiet(), package_source() as code:

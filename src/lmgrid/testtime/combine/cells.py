@@ -18,7 +18,7 @@ import numpy as np
 from lmgrid.data.corpus import load_split
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import write_json
-from lmgrid.run.gate_facts import GATED_ARCHS
+from lmgrid.run.gate_facts import is_gated
 from lmgrid.data.ppl import EOS
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.data.vocab import Vocab
@@ -66,7 +66,7 @@ def neural_base(run_dir: Path, paths: dict, vocab: Vocab) -> dict:
     with full_fp32():
         for split in paths:
             gate_stats = (gates_mod.GateStats(regime, vocab.index[BOS])
-                          if split == "test" and record.arch in GATED_ARCHS else None)
+                          if split == "test" and is_gated(record.arch) else None)
             collected: list = []
             with autocast(lm.precision, device.type):
                 evaluate(model, data.dataloader(split, device=device), regime, device, gate_stats, collected)
