@@ -93,7 +93,7 @@ test: $(TSTAMP)
 ## LMGRID_PTB_DIR points at the Penn Treebank), the MLflow server, the report in a browser where Chromium is
 ## installed (make browser). Ends with its wall time.
 test-full: $(TSTAMP)
-	$(call timed_pytest,make test-full: every test,)
+	$(call timed_pytest,make test-full: every test,--durations=30)
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
 ## fails on a console error, a page error, an image that does not decode, a first screen without the whole summary

@@ -21,13 +21,15 @@ SCALE = {"replace": ["studies", "train"],
 
 
 @pytest.mark.full
-def test_two_budget_scales_give_one_row_per_architecture_and_budget_over_the_seeds(tmp_path, repo, monkeypatch):
+def test_two_budget_scales_give_one_row_per_architecture_and_budget_over_the_seeds(tmp_path, repo, monkeypatch,
+                                                                                 new_store):
     """compute.csv: one row per architecture x budget, each over 2 seeds with its t interval, the FLOPs the runs
     spent near the budget and growing with it; the n-gram reference row; the figure and the findings written.
     Kills: seeds pooled into one point (rows with seeds 1, or 8 rows), an architecture or a budget missing (fewer
     than 4 neural rows), a run's FLOP budget not the scale's.  Seen failing with budget.smk's BUDGET_RUNS cut to
     the first architecture of each scale (2 neural rows)."""
     monkeypatch.chdir(tmp_path)
+    new_store(tmp_path / "results" / "mlflow.db")  # migrated once a session (conftest.py), not by this run's sync
     write_config(tmp_path, {**TINY, "studies": {"ref": {"arch": ["mkn"], "n_step": [2]}},
                             "scales": {label: f"{label}.yaml" for label in BUDGETS}})
     for label, flops in BUDGETS.items():

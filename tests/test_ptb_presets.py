@@ -48,6 +48,25 @@ def _workdir(tmp_path, repo, ptb_dir, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def smoke_workdir(tmp_path_factory):
+    """smoke_workdir(corpus) -> the one work folder of the smoke runs that write results/<corpus>, shared by them in
+    END_TO_END's order: seed_table, course_report and zaremba_small all cut PTB to presets/smoke.yaml's ptb-smoke
+    (corpus and vocabulary made once), and ptb-paper-medium and -large train the very same cells under
+    presets/smoke-paper.yaml (test_the_paper_smoke_forms_train_the_same_cells), so large's run reuses medium's and
+    writes only its own tables.  Every check reads what its own run rewrote (its studies' folders, a summary and
+    reference of its own length and rows), so a preset run alone (-k) checks the same.  Each folder's MLflow store
+    is made from nothing by its first run's sync: MLflow's own migrations stay covered (docs/testing.md)."""
+    folders: dict[str, Path] = {}
+
+    def get(corpus: str) -> Path:
+        if corpus not in folders:
+            folders[corpus] = tmp_path_factory.mktemp(corpus)
+        return folders[corpus]
+
+    return get
+
+
 @pytest.mark.full  # the Penn Treebank (tests/tiers.py)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_preset_plans_only_its_own_studies(tmp_path, repo, ptb_dir, preset, monkeypatch):
@@ -90,6 +109,25 @@ def test_the_smoke_forms_cut_ptb_and_train_in_fp32(repo, ptb_dir, preset, monkey
     alone = load_config(files[:1])
     assert "max_sentences" not in alone["corpus"]
     assert preset == "zaremba_small" or set(precisions(alone).values()) == {"auto"}
+
+
+def test_the_paper_smoke_forms_train_the_same_cells(repo, monkeypatch):
+    """presets/smoke-paper.yaml over ptb-paper-medium and over ptb-paper-large: the same corpus, the same run keys
+    and the same resolved training settings per architecture, so the end-to-end test's large run finds medium's
+    cells done in their shared work folder (smoke_workdir) and retrains none.  Kills: a smoke file that leaves a
+    setting of one paper preset in place (without smoke-paper.yaml's dropout, large's 0.65 against medium's 0.5:
+    three more cells to train in CI).  Control, run here: the presets alone differ in their settings."""
+    monkeypatch.chdir(repo)
+
+    def cells(*files):
+        cfg = load_config(list(files))
+        runs = all_runs(cfg["studies"])
+        settings = {a: resolve_hparams(cfg["train"], a) for a in sorted({k.arch for k in runs})}
+        return cfg["corpus"], sorted(map(str, runs)), settings
+
+    medium, large = "presets/ptb-paper-medium.yaml", "presets/ptb-paper-large.yaml"
+    assert cells(medium, "presets/smoke-paper.yaml") == cells(large, "presets/smoke-paper.yaml")
+    assert cells(medium)[2] != cells(large)[2]
 
 
 def first_sentences(path: Path, n: int, last: bool = False) -> tuple[bytes, int]:
@@ -157,21 +195,32 @@ def reference_problems(ref: pd.DataFrame, summary: pd.DataFrame, wanted: list[di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", END_TO_END)
-def test_every_study_of_a_preset_runs_end_to_end(tmp_path, repo, ptb_dir, preset, monkeypatch):
+def test_every_study_of_a_preset_runs_end_to_end(smoke_workdir, repo, ptb_dir, preset, monkeypatch):
     """Each preset, cut to its smoke size, runs through Snakemake on real PTB, cut to the smoke file's first sentences
-    of each split.  Kills: a preset study that fails, or leaves its table or findings out; a summary without every
-    run; reference rows whose mean is not their runs' (the negative control, run below: rows set above every run,
-    made self-consistent, must be caught); a corpus (or a scale's) not cut to the first N sentences of each split,
+    of each split (in the folder it shares with the presets of its smoke corpus: smoke_workdir).  Kills: a preset
+    study that fails, or leaves its table or findings out; a summary without every run; reference rows whose mean
+    is not their runs' (the negative control, run below: rows set above every run, made self-consistent, must be
+    caught); a corpus (or a scale's) not cut to the first N sentences of each split,
     or whose recorded sha256 is not the cut's (negative control, run below: a self-consistent cut of the last N)."""
-    work = _workdir(tmp_path, repo, ptb_dir, monkeypatch)
-    cfg = preset_config(repo, preset)
     smoke = yaml.safe_load((repo / "presets" / f"{SMOKE[preset]}.yaml").read_text())
+    work = _workdir(smoke_workdir(smoke["corpus"]["name"]), repo, ptb_dir, monkeypatch)
+    cfg = preset_config(repo, preset)
     if "seeds" in smoke:  # the smoke file's seeds replace the preset's: the workflow applies it after the preset
         cfg["seeds"] = smoke["seeds"]
         apply_seeds(cfg)
     files = [str(repo / "presets" / f"{preset}.yaml"), str(repo / "presets" / f"{SMOKE[preset]}.yaml")]
     if cfg.get("scales"):  # as `make run` does: every scale first, each its own Snakemake run
-        r = subprocess.run([sys.executable, "-m", "lmgrid", "scales-run", "--configfile", *files, "--set", "", "--",
+        # Cut to the smoke size, a scale trains cells of the main config's, in its own results tree (course_report's
+        # full: the gates study's LSTM cells, both capped at the smoke file's train tokens), whose embeddings the
+        # main run below evaluates: the scales run without their embeddings job.  The premise, checked first.
+        monkeypatch.chdir(work)
+        main = load_config(files)
+        for scale in scales_of(files):
+            assert set(all_runs(scale.config["studies"])) <= set(all_runs(main["studies"])), scale.label
+            assert all(resolve_hparams(scale.config["train"], k.arch) == resolve_hparams(main["train"], k.arch)
+                       for k in all_runs(scale.config["studies"]) if not k.is_ngram), scale.label
+        r = subprocess.run([sys.executable, "-m", "lmgrid", "scales-run", "--configfile", *files, "--set",
+                            "embeddings.enabled=false", "--",
                             str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d",
                             str(work), "--cores", "2"], cwd=work, capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -61,13 +61,20 @@ def test_headline_picks_each_models_cell_on_valid(monkeypatch):
 def test_headline_text_names_the_choice(tmp_path):
     """headline_text (the end of `make run`) reads summary.csv and shows the best-valid cell under a header that says
     'chosen on valid'.  Mutation killed: the terminal headline picking on test or losing the header's wording.
-    Negative control: the n = 2 row (the best-test cell) is absent from the LSTM's line."""
+    Negative control: the n = 2 row (the best-test cell) is absent from the LSTM's line.  Also kills a table wider
+    than summary.TERMINAL_WIDTH, which wraps every row at the end of a run (the pipe table did, at 121 characters,
+    with the reset column and a 19-letter model name: both are in this frame)."""
     path = tmp_path / "summary.csv"
-    _ppl_table().to_csv(path, index=False)
+    frame = _ppl_table()
+    long_name = frame.iloc[[1]].assign(arch="mkn", impl="ngram", model="mkn")
+    frame = pd.concat([frame, long_name], ignore_index=True).assign(test_ppl_reset=frame["test_ppl"].iloc[0])
+    frame.to_csv(path, index=False)
     text = summary.headline_text(str(path))
     assert "chosen on valid" in text
-    lstm = next(line for line in text.splitlines() if line.startswith("| LSTM "))
+    lstm = next(line for line in text.splitlines() if line.startswith("LSTM "))
     assert "n = 5" in lstm and "99.00" in lstm and "n = 2" not in lstm
+    assert "Modified Kneser-Ney" in text and "reset" in text
+    assert max(len(line) for line in text.splitlines()) <= summary.TERMINAL_WIDTH
 
 
 def _runs() -> pd.DataFrame:

@@ -71,7 +71,7 @@ def test_a_failing_job_exits_with_its_one_line_error(server, tmp_path):
     done = subprocess.run(cmd, env=env(LMGRID_WARM_SOCKET=str(sock)), capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == ("lmgrid: error: arch: unknown neural architecture 'nope' "
-                                   "(one of: ffnn, rnn, lstm, gru, transformer)")
+                                   "(one of: ffnn, rnn, lstm, gru, transformer; or a plug-in: docs/models.md)")
 
 
 def test_killing_the_job_kills_its_child(server, tmp_path):

@@ -163,10 +163,21 @@ def headline(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline_text(csv_path: str) -> str:
-    """The headline table of a summary.csv as plain text for the terminal (the end of `make run`)."""
-    table = pd.read_csv(csv_path)
-    top = headline(table)
-    return top.to_markdown(index=False, disable_numparse=True, colalign=["left", "left"] + ["right"] * (top.shape[1] - 2))
+    """The headline table of a summary.csv as plain text for the terminal (the end of `make run`).
+
+    Columns separated by blanks, no pipes: the pipe table with the reset column was 121 characters wide and wrapped
+    every row in a 110-column terminal (docs/img/terminal_done.png); this one stays under TERMINAL_WIDTH."""
+    top = headline(pd.read_csv(csv_path)).astype(str)
+    cells = [list(top.columns)] + top.values.tolist()
+    widths = [max(len(row[k]) for row in cells) for k in range(top.shape[1])]
+    # the model and its cell left-aligned, the numbers right-aligned, two blanks between columns
+    lines = ["  ".join(v.ljust(w) if k < 2 else v.rjust(w) for k, (v, w) in enumerate(zip(row, widths))).rstrip()
+             for row in cells]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+# The widest the end-of-run table may be: what a terminal of 100 columns shows without wrapping.
+TERMINAL_WIDTH = 100
 
 
 def write(corpus: str, corpus_stats_path: str, vocab_report_path: str, oracle_path: str | None,
