@@ -15,36 +15,35 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tinygrid import TINY, build, planned_jobs, snakemake
+from tinygrid import GRID, copy_grid, planned_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.full
 
 PLUGINS = Path(__file__).parent / "plugins"
 REF = "plugins/tiny_gated.py:TinyGated"
-CONFIG = {
-    **TINY,
-    "studies": {"ctx": {"arch": ["mkn"], "n_step": [3]},
-                "plug": {"arch": ["rnn", REF], "n_step": [3]},
-                "plug_stream": {"arch": [REF], "n_step": [3], "regime": ["stream"]}},
-    "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "batch_size": 64, "max_train_tokens": 1500,
-              "log_every": 0},
-    "combine": {"kn_plug": {"components": [{"arch": "mkn", "n_step": 3},
-                                           {"arch": REF, "regime": "stream", "mode": "cache"}]}},
-    "adapt": {"cache": {"window": [20], "theta": [1.0], "lam": [0.1]}},
-}
+# The shared tiny grid with the plug-in added beside a built-in (its rnn cell is the grid's own) in both regimes, and
+# a combination with its test-time cache: only the plug-in's cells train (and what reads every cell runs again).
+CONFIG = copy.deepcopy(GRID)
+CONFIG["studies"].update({"plug": {"arch": ["rnn", REF], "n_step": [3]},
+                          "plug_stream": {"arch": [REF], "n_step": [3], "regime": ["stream"]}})
+CONFIG["combine"]["kn_plug"] = {"components": [{"arch": "mkn", "n_step": 3},
+                                               {"arch": REF, "regime": "stream", "mode": "cache"}]}
 PLUGIN_CELLS = ("results/tiny/runs/tiny_gated/plugin/n3_l1_window_s1", "results/tiny/runs/tiny_gated/plugin/n0_l1_stream_s1")
 
 
 @pytest.fixture(scope="module")
-def plugin_grid(tmp_path_factory, repo) -> Path:
-    workdir = tmp_path_factory.mktemp("plugin_grid")
+def plugin_grid(tiny_pipeline, tmp_path_factory, repo) -> Path:
+    """A copy of the finished tiny grid (tests/tinygrid.py), the plug-in's folder beside its config and the config
+    with the plug-in's studies: a grid of its own cost the full tier about 9 more minutes."""
+    workdir = copy_grid(tiny_pipeline, tmp_path_factory.mktemp("plugin_grid") / "grid")
     shutil.copytree(PLUGINS, workdir / "plugins")
-    env = os.environ.get("LMGRID_REPORT")
-    os.environ["LMGRID_REPORT"] = "0"  # the report is test_report's; here the results
-    try:
-        build(workdir, repo, copy.deepcopy(CONFIG))
-    finally:
-        os.environ.pop("LMGRID_REPORT") if env is None else os.environ.__setitem__("LMGRID_REPORT", env)
+    write_config(workdir, CONFIG)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LMGRID_REPORT", "0")  # the report is test_report's; here the results
+        r = snakemake(workdir, repo)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    retrained = {k: n for k, n in planned_jobs(r).items() if k in ("train", "train_gated")}
+    assert not retrained, f"built-in cells of the shared grid trained again: {retrained}"
     return workdir
 
 

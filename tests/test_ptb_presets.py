@@ -27,12 +27,14 @@ from lmgrid.orchestration.scales import scales_of
 
 from tinygrid import planned_jobs, snakemake
 
-PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large")
+PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large",
+           "ptb_time_to_quality")
 # Run end to end (smoke-sized) in CI: every preset but course_report_full, which runs there as course_report's scale
-# `full` (lmgrid.orchestration.scales); it is dry-run alone with the others.
-END_TO_END = tuple(p for p in PRESETS if p != "course_report_full")
+# `full` (lmgrid.orchestration.scales), and ptb_time_to_quality, one cell of the equal-compute study's recipe (run end
+# to end by tests/test_budget_workflow.py's budget schedule); they are dry-run alone with the others.
+END_TO_END = tuple(p for p in PRESETS if p not in ("course_report_full", "ptb_time_to_quality"))
 SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
-         "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper"}
+         "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper", "ptb_time_to_quality": "smoke"}
 
 
 def preset_config(repo, preset: str) -> dict:

@@ -107,13 +107,16 @@ def page(frame: str, columns: int) -> str:
             f"<pre id='pane'>{ansi_html(frame)}</pre>")
 
 
-def tmux_capture(command: str, size: tuple[int, int], every_s: float = 1.0, env: dict | None = None):
+def tmux_capture(command: str, size: tuple[int, int], every_s: float = 1.0, env: dict | None = None,
+                 history: list | None = None):
     """Run `command` (a shell line) in a detached tmux pane of size (columns, lines); returns
-    (its exit status, [(seconds since start, captured pane with colours), ...], the last one taken after it ended)."""
+    (its exit status, [(seconds since start, captured pane with colours), ...], the last one taken after it ended).
+    With a `history` list, the pane's whole text after the end (its scrollback too) is appended to it: what the run
+    left in the terminal, the interactive counterpart of a piped run's line count."""
     with tempfile.TemporaryDirectory() as tmp:
         conf, rc_file, sock = Path(tmp, "tmux.conf"), Path(tmp, "rc"), Path(tmp, "socket")
         # No status line: a detached pane is the whole size anyway; this keeps it so when someone attaches.
-        conf.write_text("set -g status off\nset -g default-terminal tmux-256color\n")
+        conf.write_text("set -g status off\nset -g default-terminal tmux-256color\nset -g history-limit 100000\n")
         shell = f"{command}; echo $? > {shlex.quote(str(rc_file))}; exec sleep 86400"
         tmux = ["tmux", "-S", str(sock), "-f", str(conf)]  # a server of our own, its socket gone with `tmp`
         subprocess.run([*tmux, "new-session", "-d", "-s", "shots", "-x", str(size[0]), "-y", str(size[1]),
@@ -126,6 +129,9 @@ def tmux_capture(command: str, size: tuple[int, int], every_s: float = 1.0, env:
                     [*tmux, "capture-pane", "-e", "-p", "-t", "shots"], check=True, capture_output=True,
                     text=True).stdout))
                 if ended:
+                    if history is not None:
+                        history.append(subprocess.run([*tmux, "capture-pane", "-p", "-S", "-", "-E", "-", "-t", "shots"],
+                                                      check=True, capture_output=True, text=True).stdout)
                     return int(rc_file.read_text().strip() or 1), frames
                 time.sleep(every_s)
         finally:
@@ -217,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     command = run_command(args)
     meta = provenance(args, command)  # the commit and date the run started from
     print(f"screenshots: running in a {args.size} tmux pane: {command}", file=sys.stderr)
-    rc, frames = tmux_capture(command, size)
+    history: list[str] = []
+    rc, frames = tmux_capture(command, size, history=history)
+    # the lines the run left in the terminal, its scrollback included (the pane's blank bottom rows not counted)
+    terminal_lines = len(history[0].rstrip("\n").splitlines()) if history else None
     if rc != 0:
         tail = [line for line in frames[-1][1].splitlines() if line.strip()][-10:]
         print("\n".join(tail) + f"\nscreenshots: the run failed (exit {rc}); no PNG written", file=sys.stderr)
@@ -230,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             shoot(Path(tmp, "pane.html"), out / f"{name}.png", element="#pane")
         m = _COUNTS.search(frame)
         meta_t = {**meta, "pane": args.size, "captured_at_s": round(t),
-                  "jobs_done": f"{m.group(1)} of {m.group(2)}" if m else None}
+                  "jobs_done": f"{m.group(1)} of {m.group(2)}" if m else None,
+                  **({"terminal_lines_at_end": terminal_lines} if name == "terminal_done" else {})}
         (out / f"{name}.json").write_text(json.dumps(meta_t, indent=1) + "\n")
     if middle is None:
         print("screenshots: no frame showed jobs running; terminal_running.png not written", file=sys.stderr)
