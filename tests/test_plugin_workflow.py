@@ -27,7 +27,9 @@ CONFIG = copy.deepcopy(GRID)
 CONFIG["studies"].update({"plug": {"arch": ["rnn", REF], "n_step": [3]},
                           "plug_stream": {"arch": [REF], "n_step": [3], "regime": ["stream"]}})
 CONFIG["combine"]["kn_plug"] = {"components": [{"arch": "mkn", "n_step": 3},
-                                               {"arch": REF, "regime": "stream", "mode": "cache"}]}
+                                               {"arch": REF, "regime": "stream", "mode": "cache"},
+                                               {"arch": REF, "regime": "stream", "mode": "dynamic"}]}
+CONFIG["adapt"]["dynamic"] = {"lr": [1.0], "segment": [10]}  # dynamic evaluation of the plug-in: one setting
 PLUGIN_CELLS = ("results/tiny/runs/tiny_gated/plugin/n3_l1_window_s1", "results/tiny/runs/tiny_gated/plugin/n0_l1_stream_s1")
 
 
@@ -49,7 +51,8 @@ def plugin_grid(tiny_pipeline, tmp_path_factory, repo) -> Path:
 
 def test_the_plugin_gets_a_summary_row_gates_figures_and_a_combination(plugin_grid):
     """Kills: a plug-in cell without its summary row or display name, its gates not measured (the gated set without
-    plug-ins: no gates.csv, no saturation figure), the combination selector not resolving the reference."""
+    plug-ins: no gates.csv, no saturation figure), the combination selector not resolving the reference, a stream
+    plug-in refused the test-time cache or dynamic evaluation."""
     summary = pd.read_csv(plugin_grid / "results/tiny/summary.csv")
     mine = summary[summary["arch"] == "tiny_gated"]
     assert len(mine) == 2 and set(mine["impl"]) == {"plugin"}
@@ -64,6 +67,10 @@ def test_the_plugin_gets_a_summary_row_gates_figures_and_a_combination(plugin_gr
     assert table.loc[table["arch"] == "tiny_gated", "model_name"].tolist() == ["Tiny gated"]
     result = json.loads((plugin_grid / "results/tiny/combine/kn_plug/result.json").read_text())
     assert "tiny_gated" in json.dumps(result)
+    # its test-time cache and dynamic evaluation: each mode's scores of the plug-in's stream cell, tuned on valid
+    scores = plugin_grid / PLUGIN_CELLS[1].replace("/runs/", "/scores/")
+    for mode in ("cache", "dynamic"):
+        assert (scores / mode / "test.npy").is_file(), f"no {mode} scores: {sorted(p.name for p in scores.iterdir())}"
 
 
 def test_the_plugin_model_loads_and_scores_in_a_fresh_process_elsewhere(plugin_grid, tmp_path):
