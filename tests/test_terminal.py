@@ -122,9 +122,15 @@ def _without_logs(post_init, formatter_cls):
     return mutant
 
 
+def plain(text: str) -> str:
+    """The text without the erase escapes (to the end of the line, below)."""
+    return re.sub(r"\x1b\[[KJ]", "", text)
+
+
 def last_screen(text: str) -> list[str]:
-    """The live block as it stands on the screen: what was written after the last clear-to-end (ESC [ J)."""
-    return text.rsplit("\x1b[J", 1)[-1].splitlines()
+    """The live block as it stands on the screen: what was written after the last move up to its first line
+    (ESC [ n F; each redraw writes the block over the old one from there)."""
+    return plain(re.split(r"\x1b\[\d+F", text)[-1]).splitlines()
 
 
 @pytest.mark.parametrize("height", [6, 12, 40])
@@ -228,8 +234,8 @@ def test_tty_view_ends_when_the_last_job_does(monkeypatch, tmp_path):
         return h, ended, out.getvalue()
 
     h, ended, later = after_the_run(final=True)
-    assert ended.endswith("\n".join(results_table(h.board.results)) + "\n"), ended[-300:]
-    assert len(ended.rsplit("\x1b[J", 1)[-1].splitlines()) <= 24  # the summary and the table: one screen
+    assert plain(ended).endswith("\n".join(results_table(h.board.results)) + "\n"), ended[-300:]
+    assert len(last_screen(ended)) <= 24  # the summary and the table: one screen
     assert later == ended
     h, ended, later = after_the_run(final=False)
     assert later != ended
@@ -245,9 +251,52 @@ def test_tty_final_table_fits_half_a_screen(monkeypatch, tmp_path):
     def end(tty: bool) -> list[str]:
         h, out = handler(monkeypatch, tty=tty, height=12)
         run_grid(h, tmp_path, jobs=30)
-        return out.getvalue().rsplit("\x1b[J", 1)[-1].splitlines()
+        return last_screen(out.getvalue())
 
     shown = end(True)
     assert len(shown) <= 12 - 1 and shown[-1] == "... and 25 more cells (every cell: the report)", shown
     assert shown[2].startswith("mkn n3 l1 window s1 ")  # the best cell (lowest valid PPL) first
     assert len([line for line in end(False) if line.startswith("mkn n3")]) == 30
+
+
+def test_a_plug_in_cell_is_a_row_of_the_results_table(monkeypatch, tmp_path):
+    """A plug-in's cells train in rules of their own (train_plugin, train_plugin_gated); when one finishes its cell
+    joins the results table like a built-in's (there without metrics.json: n/a).  Kills: the table's rules left at
+    the built-ins' (the negative control, run here: the row is missing), which left the examples out of a run's
+    final table."""
+    from lmgrid.run import key as key_mod
+    monkeypatch.chdir(tmp_path)
+    wildcards = {**cell(1), "arch": "min_gru", "impl": "plugin", "n_step": "5"}
+
+    def rows() -> list[str]:
+        h, out = handler(monkeypatch)
+        h.emit(record(LogEvent.RUN_INFO, msg="", stats={"total": 1}))
+        h.emit(job_info(1, "train_plugin_gated", "tiny: train min_gru/plugin n5 l1 window s1", wildcards, [],
+                        "lmgrid train"))
+        h.emit(record(LogEvent.JOB_FINISHED, msg="", job_id=1))
+        h.emit(record(LogEvent.PROGRESS, msg=None, done=1, total=1))
+        h.close()
+        return [line for line in out.getvalue().splitlines() if line.startswith("min_gru n5 l1 window s1 ")]
+
+    assert len(rows()) == 1
+    monkeypatch.setattr(key_mod, "CELL_RULES", ("ngram", "train", "train_gated"))
+    assert rows() == []
+
+
+def test_a_redraw_never_erases_from_the_blocks_first_line(monkeypatch, tmp_path):
+    """Each redraw moves up to the block's first line and writes over it, every line ended by erase-to-end-of-line,
+    and erases below only after its last line.  Kills the old "up N lines, erase below" (ESC [ n F ESC [ J): when
+    the block fills the screen, that erase starts at the top-left, a whole-screen clear that tmux copies into the
+    scrollback (tests/test_terminal_tmux.py measures it; the negative control here is the old sequence, which the
+    same check rejects)."""
+    monkeypatch.chdir(tmp_path)
+    h, out = handler(monkeypatch, tty=True, height=8)
+    run_grid(h, tmp_path, jobs=12)
+    text = out.getvalue()
+
+    def erases_at_the_top(t: str) -> bool:
+        return re.search(r"\x1b\[\d+F\x1b\[J", t) is not None
+
+    assert text.count("\x1b[") > 20 and not erases_at_the_top(text)
+    assert all(line.endswith("\x1b[K") for line in text.splitlines() if line.startswith("lmgrid: "))
+    assert erases_at_the_top("\x1b[5F\x1b[J" + "lmgrid: 1 of 2 jobs done\n")  # the old redraw

@@ -15,12 +15,11 @@ from pathlib import Path
 
 from lmgrid.common.errors import LmgridError
 from lmgrid.data.rawdata import PTB_DIR_ENV
-from lmgrid.run.key import RunKey
+from lmgrid.run.key import CELL_RULES, RunKey
 
 # The workflow of the folder a user runs `lmgrid status` or `plan` in, as `snakemake` itself finds it: not the
 # Snakefile beside the installed package, which belongs to another checkout when lmgrid is installed elsewhere.
 SNAKEFILE = "Snakefile"
-CELL_RULES = ("ngram", "train", "train_gated")  # rules with one job per grid cell
 
 
 @dataclass

@@ -119,8 +119,10 @@ def tmux_capture(command: str, size: tuple[int, int], every_s: float = 1.0, env:
         conf.write_text("set -g status off\nset -g default-terminal tmux-256color\nset -g history-limit 100000\n")
         shell = f"{command}; echo $? > {shlex.quote(str(rc_file))}; exec sleep 86400"
         tmux = ["tmux", "-S", str(sock), "-f", str(conf)]  # a server of our own, its socket gone with `tmp`
+        # without LINES and COLUMNS: programs in the pane then see the pane's own size, not the caller's
+        pane_env = {k: v for k, v in (os.environ if env is None else env).items() if k not in ("LINES", "COLUMNS")}
         subprocess.run([*tmux, "new-session", "-d", "-s", "shots", "-x", str(size[0]), "-y", str(size[1]),
-                        "sh", "-c", shell], check=True, env=env)
+                        "sh", "-c", shell], check=True, env=pane_env)
         frames, started = [], time.time()
         try:
             while True:

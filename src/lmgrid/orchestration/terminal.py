@@ -35,9 +35,13 @@ from pathlib import Path
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 
-RESULT_RULES = ("train", "train_gated", "ngram")  # jobs that finish a grid cell (a row of the results table)
 RESULT_LINES = "LMGRID_RESULT_LINES"  # in a job's command: it ends on its result line (`tail -n` of its log)
 REDRAW_S = 1.0  # the live block is redrawn at least this often, so a running epoch's progress shows up
+# A redraw overwrites the block's lines in place, each ended by "erase to the end of the line", and erases below
+# only after its last line.  Not "up N lines, erase below, write": when the block fills the screen its first line is
+# the screen's top, and erasing from the top-left is a whole-screen clear, which tmux (scroll-on-clear, on by default)
+# first copies into the scrollback: a run in tmux left 14,064 lines of old blocks in its history.
+EOL, BELOW = "\x1b[K", "\x1b[J"
 WIDE = 100  # the screen width assumed when the terminal does not say
 
 
@@ -151,7 +155,9 @@ class Board:
         if job is None:
             return None, f"job {jobid} done"
         line = job.message
-        if job.rule in RESULT_RULES:
+        from lmgrid.run.key import CELL_RULES  # lazily, as in _key: jobs that finish a grid cell (a results row)
+
+        if job.rule in CELL_RULES:
             result = cell_result(job)
             if result is not None:
                 self.results.append(result)
@@ -221,16 +227,27 @@ class LogHandler(LogHandlerBase):
         return False
 
     def _size(self) -> tuple[int, int]:
-        size = shutil.get_terminal_size((WIDE, 24))
+        """The size of the terminal the block is drawn on, asked of that terminal: LINES and COLUMNS in the
+        environment can be stale (a tmux pane started from a process that had them said 24 lines in a 12-line pane,
+        and a block taller than the screen cannot be redrawn in place); shutil's answer when it cannot be asked."""
+        try:
+            size = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            size = shutil.get_terminal_size((WIDE, 24))
         return size.lines, size.columns
 
+    def _up(self) -> str:
+        """To the live block's first line (it is then written over, see EOL); '' when none is drawn."""
+        up, self.drawn = (f"\x1b[{self.drawn}F" if self.tty and self.drawn else ""), 0
+        return up
+
+    def _lines(self, lines: list[str]) -> str:
+        return "".join(f"{line}{EOL}\n" if self.tty else f"{line}\n" for line in lines)
+
     def _write(self, lines: list[str]) -> None:
-        """Lines that stay (finished jobs in a pipe, errors): above the live block on a terminal."""
-        if self.tty and self.drawn:
-            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")  # to the block's first line, and clear below
-            self.drawn = 0
-        for line in lines:
-            self.stream.write(line + "\n")
+        """Lines that stay (finished jobs in a pipe, errors): above the live block on a terminal, written over its
+        old first lines; the block follows them."""
+        self.stream.write(self._up() + self._lines(lines) + (BELOW if self.tty and self.closed else ""))
         if self.tty and not self.closed:
             self._draw()
         self.stream.flush()
@@ -238,8 +255,7 @@ class LogHandler(LogHandlerBase):
     def _draw(self) -> None:
         height, width = self._size()
         lines = self.board.screen(height, width - 1)
-        text = (f"\x1b[{self.drawn}F" if self.drawn else "") + "\x1b[J" + "".join(f"{line}\n" for line in lines)
-        self.stream.write(text)
+        self.stream.write(self._up() + self._lines(lines) + BELOW)
         self.stream.flush()
         self.drawn = len(lines)
 
@@ -303,16 +319,12 @@ class LogHandler(LogHandlerBase):
         if self.closed:
             return
         self.closed = True
-        if self.tty and self.drawn:
-            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
-            self.drawn = 0
-        if self.board.total or self.board.results:
-            self.stream.write(self.board.counts().replace(", 0 running, 0 pending", "") + "\n")
+        head = [self.board.counts().replace(", 0 running, 0 pending", "")] if self.board.total or self.board.results else []
         table = results_table(self.board.results) if self.board.results else []
         if self.tty and len(table) > (rows := max(self._size()[0] // 2, 5)):
             # the best cells in half a screen, the Snakefile's headline table below: the end fits one screen too
             table = table[:rows] + [f"... and {len(table) - rows} more cells (every cell: the report)"]
-        self.stream.write("".join(f"{line}\n" for line in table))
+        self.stream.write(self._up() + self._lines(head + table) + (BELOW if self.tty else ""))
         self.stream.flush()
 
     def close(self) -> None:

@@ -28,8 +28,12 @@ def beside_runs(folder: str, suffix: str = "") -> str:
     return RUN_DIR.replace("results/{corpus}/runs/", f"results/{{corpus}}/{folder}/", 1) + suffix
 
 
-WILDCARD_CONSTRAINTS = {"arch": "|".join(ARCHS),  # the workflow adds the plug-ins' names (arch_constraint) "impl": r"[a-z]+", "n_step": r"\d+", "layers": r"\d+",
+# The workflow widens "arch" by the plug-ins' names (arch_constraint).
+WILDCARD_CONSTRAINTS = {"arch": "|".join(ARCHS), "impl": r"[a-z]+", "n_step": r"\d+", "layers": r"\d+",
                         "regime": "|".join(REGIMES), "seed": r"\d+"}
+# The workflow's rules with one job per grid cell (workflow/rules/{ngram,train}.smk): a plug-in's cells train in
+# rules of their own, which take its source file as an input.
+CELL_RULES = ("ngram", "train", "train_gated", "train_plugin", "train_plugin_gated")
 
 
 def arch_constraint() -> str:
