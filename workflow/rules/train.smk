@@ -9,14 +9,17 @@
 # that only change how a run is executed or watched (log_every, accelerator, devices, compile: `x-changes-results:
 # false` in the schema; mlflow.live) are in the spec but no param, so changing them reschedules nothing.
 CKPT_DIR = beside_runs("ckpt/runs")
+TRAIN_INPUTS = {
+    "train": "results/{corpus}/corpus/train.txt",
+    "valid": "results/{corpus}/corpus/valid.txt",
+    "test": "results/{corpus}/corpus/test.txt",
+    "vocab": "results/{corpus}/vocab.json",
+}
 
 
 rule train:
     input:
-        train="results/{corpus}/corpus/train.txt",
-        valid="results/{corpus}/corpus/valid.txt",
-        test="results/{corpus}/corpus/test.txt",
-        vocab="results/{corpus}/vocab.json",
+        **TRAIN_INPUTS,
     output:
         metrics=f"{RUN_DIR}/metrics.json",
         log_csv=f"{RUN_DIR}/log.csv",
@@ -73,10 +76,7 @@ use rule train as train_gated with:
 # gates (lmgrid_gates) also writes gates.csv.
 use rule train as train_plugin with:
     input:
-        train="results/{corpus}/corpus/train.txt",
-        valid="results/{corpus}/corpus/valid.txt",
-        test="results/{corpus}/corpus/test.txt",
-        vocab="results/{corpus}/vocab.json",
+        **TRAIN_INPUTS,
         plugin=plugin_source,
     wildcard_constraints:
         arch=plugin_archs(gated=False),
@@ -84,10 +84,7 @@ use rule train as train_plugin with:
 
 use rule train_gated as train_plugin_gated with:
     input:
-        train="results/{corpus}/corpus/train.txt",
-        valid="results/{corpus}/corpus/valid.txt",
-        test="results/{corpus}/corpus/test.txt",
-        vocab="results/{corpus}/vocab.json",
+        **TRAIN_INPUTS,
         plugin=plugin_source,
     wildcard_constraints:
         arch=plugin_archs(gated=True),

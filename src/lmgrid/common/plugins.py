@@ -106,6 +106,18 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
+def is_reference(text: str) -> bool:
+    """Whether an arch value names a class (`x.py:C`, `pkg.mod:C`) rather than an architecture by name."""
+    return ":" in text
+
+
+def entry_point(name: str):
+    """The installed entry point of that name in the group lmgrid.models, or None."""
+    from importlib.metadata import entry_points  # looked up when asked: tests patch it
+
+    return next((ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name), None)
+
+
 def is_plugin(arch: str) -> bool:
     return facts(arch) is not None
 

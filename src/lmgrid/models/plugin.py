@@ -42,11 +42,6 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def is_reference(text: str) -> bool:
-    """Whether an arch value names a class (`x.py:C`, `pkg.mod:C`) rather than an architecture by name."""
-    return ":" in text
-
-
 def _import_file(path: Path):
     """The module in a file, imported afresh under a name of its own (an edited file is read again)."""
     name = f"lmgrid_plugin_{registry.file_sha256(str(path))[:16]}_{path.stem}"
@@ -67,7 +62,7 @@ def load_class(reference: str, base_dir: str | Path = ".", source: str | None = 
     """The class a reference names, and its source file (absolute).  `source`: where the file was when the run was
     set up (a model.ckpt's), tried when a file reference is not found relative to base_dir."""
     try:
-        if is_reference(reference):
+        if registry.is_reference(reference):
             where, _, cls_name = reference.rpartition(":")
             if not where or not cls_name:
                 raise PluginError("expected FILE.py:CLASS or MODULE:CLASS")
@@ -84,13 +79,11 @@ def load_class(reference: str, base_dir: str | Path = ".", source: str | None = 
             if cls is None:
                 raise PluginError(f"{where} has no class {cls_name}")
         else:
-            from importlib.metadata import entry_points
-
-            found = [ep for ep in entry_points(group=registry.ENTRY_POINT_GROUP) if ep.name == reference]
-            if not found:
+            found = registry.entry_point(reference)
+            if found is None:
                 raise PluginError(f"no architecture or plug-in of that name (a plug-in is FILE.py:CLASS, "
                                   f"MODULE:CLASS or an entry point of the group {registry.ENTRY_POINT_GROUP})")
-            cls = found[0].load()
+            cls = found.load()
     except PluginError:
         raise
     except BaseException as e:  # the user's module failing to import, whatever it raises

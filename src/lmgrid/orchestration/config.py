@@ -17,18 +17,11 @@ from pathlib import Path
 
 import yaml
 
-from lmgrid.common.errors import LmgridError
+from lmgrid.common.errors import LmgridError, key_path
 from lmgrid.run.key import NGRAM_ARCHS, all_runs, expand_study
 from lmgrid.run.schema import SCHEMA_PATH, load_schema, load_yaml, train_settings  # noqa: F401 - re-exported
 
 SET_KEY = "set"  # --config set="..." : dotted assignments, each replacing the node it names
-
-
-def _key_path(parts) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<top level>"
 
 
 # ---- layers: which file or option a value came from -------------------------------------------------------
@@ -279,8 +272,8 @@ def check_schema(config: dict, schema_path: str | Path | None = None, sources: S
         known = _known_keys(err, root)
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
-        raise LmgridError(f"{sources.of([*path, key])}: {_key_path([*path, key])}: unknown key ({hint})")
-    raise LmgridError(f"{sources.of(path)}: {_key_path(path)}: {err.message}")
+        raise LmgridError(f"{sources.of([*path, key])}: {key_path([*path, key])}: unknown key ({hint})")
+    raise LmgridError(f"{sources.of(path)}: {key_path(path)}: {err.message}")
 
 
 def check_semantics(config: dict, sources: Sources | str = "config", base_dir: str | Path = ".") -> None:
@@ -397,7 +390,7 @@ def _check_model_shapes(config: dict, src) -> None:
         def where(key):
             per_arch = train.get("per_arch", {}).get(arch, {})
             parts = ("train", "per_arch", arch, key) if key in per_arch else ("train", key)
-            return f"{src(*parts)}: {_key_path(parts)}"
+            return f"{src(*parts)}: {key_path(parts)}"
 
         if arch == "transformer" and hp["hidden_dim"] % hp["heads"]:
             key = "heads" if "heads" in train.get("per_arch", {}).get(arch, {}) or "heads" in train else "hidden_dim"

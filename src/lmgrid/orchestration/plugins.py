@@ -12,14 +12,7 @@ import copy
 from pathlib import Path
 
 from lmgrid.common import plugins
-from lmgrid.common.errors import LmgridError
-
-
-def _key(parts) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
+from lmgrid.common.errors import LmgridError, key_path as _key
 
 
 def _arch_slots(config: dict):
@@ -34,12 +27,6 @@ def _arch_slots(config: dict):
         for i, comp in enumerate(comps if isinstance(comps, list) else []):
             if isinstance(comp, dict) and "arch" in comp:
                 yield ("combine", c, "components", i, "arch"), comp["arch"]
-
-
-def _entry_point(name: str) -> bool:
-    from importlib.metadata import entry_points
-
-    return any(ep.name == name for ep in entry_points(group=plugins.ENTRY_POINT_GROUP))
 
 
 def _set(config: dict, parts, value) -> None:
@@ -63,7 +50,7 @@ def resolve(config: dict, src, base_dir: str | Path = ".") -> dict[str, tuple]:
             continue
         if value in found:  # a plug-in's name, used after its reference
             continue
-        if ":" not in value and not _entry_point(value):
+        if not plugins.is_reference(value) and plugins.entry_point(value) is None:
             continue  # not a plug-in: the schema says it is no known architecture
         from lmgrid.models.plugin import PluginError, resolve as resolve_class
 
