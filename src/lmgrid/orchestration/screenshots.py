@@ -173,11 +173,12 @@ def fit_png(png: Path, limit_kb: int = 300) -> None:
 
 
 def machine() -> dict:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = re.search(r"Model name:\s*(.+)", subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-                      if shutil.which("lscpu") else "")
-    return {"cpu_model": model.group(1).strip() if model else "unknown", "avx512_bf16": " avx512_bf16" in flags,
-            "cores": os.cpu_count()}
+    """The machine as a results snapshot records it (lmgrid.analysis.docs_snapshot.machine, from lscpu), under the
+    sidecars' key names."""
+    from lmgrid.analysis.docs_snapshot import machine as snapshot_machine  # pandas: only when a run is photographed
+
+    m = snapshot_machine()
+    return {"cpu_model": m["cpu"], "avx512_bf16": m["avx512_bf16"], "cores": m["cores"]}
 
 
 def provenance(args, command: str) -> dict:
