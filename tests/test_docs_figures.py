@@ -107,8 +107,8 @@ def test_the_documents_own_lead_does_not_make_every_section_ptb(tmp_path):
 TYPED_BACK = [
     ("docs/benchmarks.md", "| precision | wall of two 1-thread jobs at once / two 2-thread jobs in turn |",
      "| 32-true, in turn | 66.6 s |"),
-    ("docs/benchmarks-history.md", "| process | training tokens/s | peak RSS MiB | wall / plain fp32 | tokens/s / plain "
-     "fp32 | RSS / plain fp32 |", "| plain fp32 (wall 28.9 s) | 10,248 | 669 | 1.00 | 1.00 | 1.00 |"),
+    ("docs/benchmarks-history.md", "| process | training tokens/s | peak RSS MiB | wall / plain fp32 | tokens/s / "
+     "plain fp32 | RSS / plain fp32 |", "| plain fp32 (wall 28.9 s) | 10,248 | 669 | 1.00 | 1.00 | 1.00 |"),
     ("docs/benchmarks-history.md", "| repeat | count | estimate + ARPA + score | peak RSS |",
      "| 1 | 179 MiB, 1.48 s CPU | 270 MiB, 2.07 s CPU | 270 MiB |"),
 ]
