@@ -27,10 +27,11 @@ What `lmgrid docs --check` flags (typed_ptb_figures), line by line outside the r
 Fenced code blocks are scanned too: a pasted log is typed as much as a table is.  What it does not see: a figure
 whose PTB context is neither in its paragraph, caption, headings or section leads nor in the lead a back-reference
 reaches (a PTB mention in a later paragraph of the section, or a reference such as "the model of issue 18" with no
-"above"), a perplexity under 10 without a sign, and a time in a column headed `wall s` that is an integer or has
-one digit before its point (`9`, `8.5`) without a unit beside it; those are for the reader to keep out.  A
-non-PTB figure in a section whose lead is about PTB (an import time, a run on random tokens) is flagged: it
-belongs in a section of its own.
+"above"), a perplexity under 10 without a sign, a time in a column headed `wall s` that is an integer or has one
+digit before its point (`9`, `8.5`) without a unit beside it, an integer time in milliseconds (`28 ms`), and a
+run's wall written as its clock times (`17:04-17:54 UTC`: the docs give a PTB run's start only); those are for
+the reader to keep out.  A non-PTB figure in a section whose lead is about PTB (an import time, a run on random
+tokens) is flagged: it belongs in a section of its own.
 """
 from __future__ import annotations
 
