@@ -2,11 +2,13 @@
 # study, one scale per budget (presets/ptb_budget.yaml). Here: every scale's neural runs side by side, with this
 # config's n-gram runs as references: results/<corpus>/budget/. Like the scales' comparison (scales.smk), it is left
 # out of a run whose scales have not run yet, saying so in one line: their runs are another run's outputs.
-from lmgrid.analysis.budget_cli import BUDGET_DIR
+from lmgrid.analysis.budget_cli import BUDGET_DIR, budget_label
 from lmgrid.analysis.budget_cli import OUTPUTS as BUDGET_OUTPUTS
 
 BUDGET_SCALES = [s for s in SCALES if s.config["train"].get("budget_flops", 0) > 0]
-BUDGET_RUNS = [(s.label, f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES
+# A budget with several widths is several scales, b1x_w100 and b1x_w200: both budget b1x (budget_label); the
+# width of each budget and architecture is chosen on valid there (lmgrid.analysis.budget.choose_widths).
+BUDGET_RUNS = [(budget_label(s.label), f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES
                for key in all_runs(s.config["studies"]) if not key.is_ngram]
 BUDGET_REFERENCES = [f"{key.run_dir(CORPUS)}/metrics.json" for key in all_runs(config["studies"]) if key.is_ngram]
 _BUDGET_MISSING = [path for _, path in BUDGET_RUNS if not os.path.exists(path)]
