@@ -28,13 +28,16 @@ from lmgrid.orchestration.scales import scales_of
 from tinygrid import planned_jobs, snakemake
 
 PRESETS = ("seed_table", "course_report", "course_report_full", "zaremba_small", "ptb-paper-medium", "ptb-paper-large",
-           "ptb_time_to_quality")
+           "ptb_time_to_quality", "ptb_budget")
 # Run end to end (smoke-sized) in CI: every preset but course_report_full, which runs there as course_report's scale
-# `full` (lmgrid.orchestration.scales), and ptb_time_to_quality, one cell of the equal-compute study's recipe (run end
-# to end by tests/test_budget_workflow.py's budget schedule); they are dry-run alone with the others.
-END_TO_END = tuple(p for p in PRESETS if p not in ("course_report_full", "ptb_time_to_quality"))
+# `full` (lmgrid.orchestration.scales), ptb_time_to_quality, one cell of the equal-compute study's recipe (run end
+# to end by tests/test_budget_workflow.py's budget schedule), and ptb_budget, whose smoke form smoke-budget.yaml runs
+# end to end in tests/test_budget_workflow.py (its scales are not cells of its own config); they are dry-run alone
+# with the others.
+END_TO_END = tuple(p for p in PRESETS if p not in ("course_report_full", "ptb_time_to_quality", "ptb_budget"))
 SMOKE = {"seed_table": "smoke", "course_report": "smoke", "course_report_full": "smoke", "zaremba_small": "smoke",
-         "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper", "ptb_time_to_quality": "smoke"}
+         "ptb-paper-medium": "smoke-paper", "ptb-paper-large": "smoke-paper", "ptb_time_to_quality": "smoke",
+         "ptb_budget": "smoke-budget"}
 
 
 def preset_config(repo, preset: str) -> dict:

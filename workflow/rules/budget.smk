@@ -30,8 +30,9 @@ if COMPARE_BUDGETS:
             runs=[path for _, path in BUDGET_RUNS],
             references=BUDGET_REFERENCES,
         output:
-            [f"{BUDGET_DIR}/{name}" for name in BUDGET_OUTPUTS if not name.endswith(".html")],
+            [f"{BUDGET_DIR}/{name}" for name in BUDGET_OUTPUTS if not name.endswith((".html", ".png"))],
             html=report(f"{BUDGET_DIR}/compute.html", caption="../report/budget.rst", category="Equal compute"),
+            png=report(f"{BUDGET_DIR}/ppl_vs_compute.png", caption="../report/budget.rst", category="Equal compute"),
         params:
             runs=" ".join(f"--run {shlex.quote(label)} {shlex.quote(path)}" for label, path in BUDGET_RUNS),
             references=" ".join(f"--reference {shlex.quote(p)}" for p in BUDGET_REFERENCES),
