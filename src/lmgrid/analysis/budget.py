@@ -1,25 +1,26 @@
 """The equal-compute study: every architecture trained at the same FLOP budgets, PPL against compute.
 
-A budget study is a config whose scales (lmgrid.orchestration.scales) each set `train.budget_flops`: one scale per
-budget, each its own Snakemake run under its own corpus name, with every neural architecture and its seeds.  This
-module reads their runs' metrics.json (and the config's own n-gram runs, the references) and writes
-results/<corpus>/budget/:
-Each architecture may run at several widths per budget (one scale per budget and width: a run folder is keyed by its
-grid cell only, so two widths are two Snakemake runs; the scales of one budget share its label, `b1x_w100` and
-`b1x_w200` are budget `b1x`: budget_cli.budget_label).  The width of a budget and architecture is chosen on VALID: the lowest
-mean valid PPL over seeds (ties: the narrower, fewer parameters); test PPL is read at that width only.  Every width
-stays in compute.csv, the choice in its `chosen` column, so a reader sees what was chosen from.
+A budget study is a config whose scales (lmgrid.orchestration.scales) each set `train.budget_flops`, each its own
+Snakemake run under its own corpus name, with every neural architecture and its seeds.  An architecture may run at
+several widths per budget: one scale per budget and width (a run folder is keyed by its grid cell only, so two widths
+are two Snakemake runs), the scales of one budget sharing its label (`b1x_w100` and `b1x_w200` are budget `b1x`:
+budget_cli.budget_label).  The width of a budget and architecture is chosen on VALID: the lowest mean valid PPL over
+seeds (ties: the narrower, fewer parameters); test PPL is read at that width only.  Every width stays in
+compute.csv, the choice in its `chosen` column, so a reader sees what was chosen from.
 
+This module reads the scales' runs' metrics.json (and the config's own n-gram runs, the references) and writes
+results/<corpus>/budget/:
 * compute.{csv,md,html}: per architecture, budget and width, test PPL mean, sample std and 95% t interval over seeds
   (analysis.effects.t_interval, df = seeds - 1), valid PPL mean, the training CPU-minutes (metrics.json cpu_s: the
   training process's own CPU, user + system, from getrusage(RUSAGE_SELF) in that process; a job forked from the
   warm server is its own process and its counters start at zero at the fork, so it is the job's own CPU, never the
   server's) and the training FLOPs it spent (the budget schedule's tokens x the model's FLOPs per training token);
   the n-gram rows below, each with its own (estimation) CPU time;
-* ppl_vs_compute.{pdf,png}: one line per architecture through its chosen widths (each point labelled with its width), the t interval as error bars, on a CPU-minutes axis (a) and
-  on the machine-independent FLOP axis (b), both log; the n-grams as horizontal lines;
-* findings.md: per budget, the chosen widths and which architectures' intervals do not overlap (separated), chosen by the intervals
-  alone: the order of two architectures is claimed only where they are separated.
+* ppl_vs_compute.{pdf,png}: one line per architecture through its chosen widths (each point labelled with its
+  width), the t interval as error bars, on a CPU-minutes axis (a) and on the machine-independent FLOP axis (b), both
+  log; the n-grams as horizontal lines;
+* findings.md: per budget, the chosen widths and which architectures' intervals do not overlap (separated), chosen
+  by the intervals alone: the order of two architectures is claimed only where they are separated.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def run_rows(runs: list[tuple[str, str]]) -> pd.DataFrame:
         if not width:
             raise LmgridError(f"{path}: no hparams.hidden_dim: the run's width is unknown (budget '{label}')")
         rows.append({"budget": label, "arch": r.arch, "model": r.arch if r.impl == "torch" else f"{r.arch}/{r.impl}",
-                     "width": int(width), "seed": r.seed, "path": path, "test_ppl": r.test.ppl, "valid_ppl": r.valid.ppl,
+                     "width": int(width), "seed": r.seed, "path": path,
+                     "test_ppl": r.test.ppl, "valid_ppl": r.valid.ppl,
                      "cpu_min": r.get("cpu_s") / 60, "budget_flops": r.get("budget_flops"),
                      "train_flops": r.get("budget_tokens_trained") * r.get("train_flops_per_token"),
                      "train_tokens": r.get("budget_tokens_trained")})

@@ -3,8 +3,8 @@ their numbers from (lmgrid.analysis.docs_render), and `run.json`, where and how 
 
 `lmgrid docs --from results/<corpus> --snapshot docs/results/<name>` writes it.  It copies the tables that exist
 (SNAPSHOT_GLOBS: the summary, the reference table, the combinations, each study's tables, the embeddings and gate
-tables, the equal-compute study's table and figure), writes `runs.csv` (one row per trained run: how it stopped, its epochs, wall and CPU time, parameters, from
-its metrics.json) and `run.json`:
+tables, the equal-compute study's table and figure), writes `runs.csv` (one row per trained run: how it stopped, its
+epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
 * `commit`: the git commit checked out where the results lie, when the snapshot is taken (`dirty` when that
   checkout has uncommitted changes to tracked files);
 * `date`: the day the run's last job ended (UTC), from the newest benchmark file;

@@ -237,7 +237,8 @@ def page(results: Path, corpus: str, studies: dict, workflow_report: str = WORKF
             + "".join(_study_details(base / "studies" / n, n) for n in studies) + "</section>")
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmgrid results: "
             f"{escape(corpus)}</title>{STYLE}</head><body>{_header(corpus, summary, studies)}"
-            f"{first_view(base, studies)}{budget_section(base)}{more}{workflow_section(workflow_report)}</body></html>\n")
+            f"{first_view(base, studies)}{budget_section(base)}{more}{workflow_section(workflow_report)}"
+            "</body></html>\n")
 
 
 def print_page(results: Path, corpus: str, studies: dict) -> str:
