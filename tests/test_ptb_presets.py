@@ -108,12 +108,14 @@ def test_the_smoke_forms_cut_ptb_and_train_in_fp32(repo, ptb_dir, preset, monkey
 
     configs = [load_config(files)] + [s.config for s in scales_of(files)]
     assert len(configs) == 1 + len(preset_config(repo, preset).get("scales") or {})
-    for cfg in configs:
+    for cfg in configs:  # ptb_budget's own config trains n-grams only: its neural runs are its scales'
         assert cfg["corpus"]["max_sentences"] == cut
-        assert precisions(cfg) and set(precisions(cfg).values()) == {"32-true"}, precisions(cfg)
+        assert set(precisions(cfg).values()) <= {"32-true"}, precisions(cfg)
+    assert any(precisions(cfg) for cfg in configs)
     alone = load_config(files[:1])
     assert "max_sentences" not in alone["corpus"]
-    assert preset == "zaremba_small" or set(precisions(alone).values()) == {"auto"}
+    alone_precisions = {p for cfg in [alone] + [s.config for s in scales_of(files[:1])] for p in precisions(cfg).values()}
+    assert preset == "zaremba_small" or alone_precisions == {"auto"}
 
 
 def test_the_paper_smoke_forms_train_the_same_cells(repo, monkeypatch):
