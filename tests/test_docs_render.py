@@ -221,9 +221,11 @@ EXAMPLES = ("94.71 ± 0.46", "1 h 51 min 27 s", "383 CPU-min", "test 87.73", "co
 
 
 def _insert_after(doc: Path, heading: str, line: str) -> int:
-    """Put `line` as a paragraph of its own right under `heading`; returns its line number."""
+    """Put `line` as a paragraph of its own after the first paragraph under `heading` (not as the section's lead,
+    which would make the whole section PTB context: lmgrid.analysis.docs_figures); returns its line number."""
     text = doc.read_text()
     at = text.index(heading + "\n") + len(heading) + 1
+    at = text.index("\n\n", text.index(next(t for t in text[at:].splitlines() if t.strip()), at)) + 1
     doc.write_text(text[:at] + f"\n{line}\n" + text[at:])
     return text[:at].count("\n") + 2
 

@@ -102,3 +102,36 @@ def test_without_dry_and_without_a_gpu_is_one_line_at_once(tmp_path):
     assert done.stderr.splitlines() == ["gpu-check: error: gpu: no NVIDIA GPU visible here (no /dev/nvidia* device, "
                                         "or CUDA_VISIBLE_DEVICES hides it); on a CPU: --dry"], done.stderr
     assert "== config" not in done.stdout and report["failures"][0]["step"] == "gpu"
+
+
+def test_the_identity_step_rebuilds_the_fingerprint_train_wrote(tmp_path):
+    """The identity step (GPU only) rebuilds the checkpoint fingerprint of the resume step's run from its hand_spec
+    kwargs; here it is compared with the one train._run wrote beside the checkpoint of a CPU run killed at epoch 2.
+    Kills: a rebuild that has drifted from train._run's signature (the 4-argument call that failed on the first GPU
+    run, 2026-11-27: the in-test control raises TypeError) and one that leaves out the precision (another precision
+    must give another fingerprint)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from gpu_check_steps import rebuilt_fingerprint
+    from test_neural_support import TINY, killed_at_epoch, tiny_corpus
+
+    from lmgrid.neural import train as train_mod
+    from lmgrid.run.spec import hand_spec
+
+    corpus = tiny_corpus(tmp_path)
+    kwargs = {"arch": "lstm", "n_step": 5, "layers": 1, "regime": "stream", "seed": 1, "paths": corpus["paths"],
+              "vocab_path": corpus["vocab_path"], "run_dir": str(tmp_path / "run"), "ckpt_dir": str(tmp_path / "ckpt"),
+              "hp": {**TINY, "epochs": 2, "threads": 1}}
+    with killed_at_epoch(1):
+        train_mod.run(hand_spec(**kwargs))
+    stored = (tmp_path / "ckpt" / "fingerprint.txt").read_text().strip()
+    precision = train_mod._placement(hand_spec(**kwargs))[1]
+    assert rebuilt_fingerprint(kwargs, "cpu", precision) == stored
+    other = "32-true" if precision != "32-true" else "bf16-mixed"
+    assert rebuilt_fingerprint(kwargs, "cpu", other) != stored
+
+    def stale(kwargs, device, precision):  # the identity step as the first GPU run had it
+        run_info = {k: kwargs[k] for k in ("arch", "n_step", "layers", "regime", "seed")}
+        return train_mod._fingerprint(run_info, kwargs["hp"], kwargs["paths"], {"device": device, "precision": precision})
+
+    with pytest.raises(TypeError):
+        stale(kwargs, "cpu", precision)

@@ -82,12 +82,27 @@ class Tee:
         return False
 
 
+def source_commit() -> dict:
+    """The commit checked (`lmgrid docs --from` puts it beside the figures): git's where the tree has its history,
+    else $LMGRID_COMMIT (a borrowed GPU machine gets the files without .git), else none."""
+    try:
+        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        r = None
+    if r is not None and r.returncode == 0:
+        return {"commit": r.stdout.strip(), "dirty": bool(dirty)}
+    return {"commit": os.environ["LMGRID_COMMIT"]} if os.environ.get("LMGRID_COMMIT") else {}
+
+
 class Check:
     """The steps run so far, their figures (the JSON) and their failures."""
 
     def __init__(self, out: Path, work: Path, args):
         self.out, self.work, self.args, self.t0 = out, work, args, time.time()
-        self.fig: dict = {"dry": args.dry, "preset": args.preset, "ok": False, "failures": [], "step_s": {}}
+        self.fig: dict = {"dry": args.dry, "preset": args.preset, "ok": False, "failures": [], "step_s": {},
+                          "date": time.strftime("%Y-%m-%d", time.gmtime()), **source_commit()}
 
     def step(self, name: str, fn, *a):
         """Run one step; a failure is recorded (traceback in the log) and None returned, the caller decides."""

@@ -168,7 +168,10 @@ def cmd_docs(a) -> None:
         if not (a.source and a.snapshot):
             raise LmgridError("docs: --from and --snapshot go together (--from results/<corpus> --snapshot "
                               "docs/results/<name>)")
-        files = snapshot(a.source, a.snapshot)
+        from lmgrid.analysis import docs_gpu
+
+        files = (docs_gpu.snapshot(a.source, a.snapshot, a.commit) if docs_gpu.is_gpu_check(Path(a.source))
+                 else snapshot(a.source, a.snapshot))
         print(f"lmgrid docs: {len(files)} files in {a.snapshot}", file=sys.stderr)
     if a.render:
         for p in render(a.root):
@@ -187,6 +190,8 @@ def register(sub) -> None:
                                     "from snapshots, or check them")
     s.add_argument("--from", dest="source", metavar="RESULTS", help="a finished run's results/<corpus> folder")
     s.add_argument("--snapshot", metavar="DIR", help="where its snapshot goes (docs/results/<name>)")
+    s.add_argument("--commit", metavar="REV", help="with --from a GPU check's folder: the commit it ran at, where "
+                                                   "its gpu-check.json does not record one")
     s.add_argument("--render", action="store_true", help="rewrite every marked block from its snapshot")
     s.add_argument("--check", action="store_true", help="fail when a block differs from what --render writes, "
                                                         "README.md's results sections hold a hand-typed figure, or "

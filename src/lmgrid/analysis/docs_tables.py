@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmgrid.analysis import docs_gpu
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.common.units import duration_text
@@ -192,12 +193,14 @@ def budget(snap: Path, _arg: str = "") -> str:
 
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "stops": stops, "budget": budget}
+          "study": study, "timing": timing, "stops": stops, "budget": budget, **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:
     """The line that ends every block: the snapshot, and the commit, date and machine of its run."""
     r = read_json(snap / "run.json")
+    if r.get("kind") == "gpu-check":
+        return docs_gpu.provenance(r, src)
     m = r["machine"]
     dirty = " with uncommitted changes" if r.get("dirty") else ""
     return (f"<sub>Rendered by `lmgrid docs` from `{src}`: the `{r['corpus']}` run of commit "
