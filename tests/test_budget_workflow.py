@@ -31,7 +31,7 @@ def test_budget_and_width_scales_give_one_row_per_architecture_budget_and_width_
     runs spent near the budget and growing with it; per budget and architecture one width chosen, the one with the
     lower mean valid PPL; the n-gram reference row; the figure and the findings written.  Kills: seeds pooled into
     one point (rows with seeds 1), an architecture, a budget or a width missing (fewer than 6 neural rows), a run's
-    FLOP budget not the scale's, the width chosen on anything but valid, each width scale read as a budget of its
+    FLOP budget not the scale's, the scales' runs retrained by the config's own run, the width chosen on anything but valid, each width scale read as a budget of its
     own (budget.smk passing the scale label b1_w8, not its budget b1: 3 "budgets", every row chosen).  Seen failing
     with budget.smk's BUDGET_RUNS cut to the first architecture of each scale, and with the scale label as budget."""
     monkeypatch.chdir(tmp_path)
@@ -46,8 +46,10 @@ def test_budget_and_width_scales_give_one_row_per_architecture_budget_and_width_
     smk = [str(Path(sys.executable).with_name("snakemake")), "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
            "--cores", "2"]
     assert run_scales(smk) == 0
+    trained = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").glob("tiny-*/runs/**/metrics.json")}
     r = snakemake(tmp_path, repo)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert trained and {p: p.stat().st_mtime_ns for p in trained} == trained  # the scales' runs read, not retrained
 
     out = tmp_path / "results" / "tiny" / "budget"
     table = pd.read_csv(out / "compute.csv")
