@@ -2,7 +2,7 @@
 # run under corpus name <corpus>-<label>, which `make run` runs before this one (`lmgrid scales-run`). Here: the gate
 # studies' answers of this config and of every scale, side by side. A scale whose results are not there yet (a bare
 # `snakemake` or `make dry` before the scales ran) leaves the comparison out of this run, saying so in one line: its
-# files are another run's outputs, which no rule of this config makes.
+# files are another run's outputs, which this run reads and never makes (_scales_stamp).
 from lmgrid.orchestration.scales import OUTPUTS as SCALES_OUTPUTS
 from lmgrid.orchestration.scales import SCALES_DIR, gate_effect_file, gate_studies, scales_of
 
