@@ -7,7 +7,7 @@ alike. Figures per process: whole-process wall (start-up, data, training, evalua
 tokens/s each reports, and peak RSS (the child's ru_maxrss from wait4). The plain script is
 lmgrid/bench/plain_lstm.py. Printed, never asserted; the targets are those of docs/benchmarks.md.
 
-`lmgrid train` runs as the workflow runs it (its own process, no warm server) on the corpus and vocabulary the
+`lmgrid train` runs in its own process (as on a cluster node, where no warm server answers) on the corpus and vocabulary the
 `corpus` and `vocab` stages write, prepared once beforehand and not timed. Its run writes what a grid cell writes:
 checkpoints, the model, metrics and, for an LSTM, its gate statistics.
 
