@@ -115,11 +115,16 @@ def parse_job_args(p: argparse.ArgumentParser, argv: list[str], precision_help: 
     return a
 
 
+WARM_IDLE_S = 7 * 24 * 3600.0  # the bench ends the server itself
+
+
 def warm_server(work: Path) -> tuple[subprocess.Popen, dict]:
     """A `lmgrid warm-server` for the bench's lifetime, and the environment whose `lmgrid train` runs as its job."""
     sock = str(work / "warm.sock")
+    # No idle exit: a pair's other rows take longer than the server's default idle time, and a job that finds no
+    # server runs in its own process, silently (the row would time the own-process job twice over).
     server = subprocess.Popen([sys.executable, "-m", "lmgrid", "warm-server", "--socket", sock, "--parent-pid",
-                               str(os.getpid())], stdout=subprocess.DEVNULL)
+                               str(os.getpid()), "--idle-s", str(WARM_IDLE_S)], stdout=subprocess.DEVNULL)
     while not os.path.exists(sock):
         if server.poll() is not None:
             raise SystemExit(f"vs-plain: the warm server exited ({server.returncode}) before it listened")
@@ -167,6 +172,9 @@ def main(argv: list[str]) -> int:
                     record = RunRecord.read(run / "run" / RECORD_FILE)
                     tps = record.get("train_tokens_per_s")
                     if env is not None:  # the forked child's own figures: the client only waited for it
+                        if server.poll() is not None:
+                            raise SystemExit(f"vs-plain: the warm server exited ({server.returncode}); "
+                                             f"{name} ran in its own process")
                         cpu[0] += record.get("cpu_s")
                         rss = record.get("max_rss_mib")
                     shutil.rmtree(run)
