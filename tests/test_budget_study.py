@@ -31,7 +31,7 @@ def write_runs(tmp_path) -> tuple[list[tuple[str, str]], list[str]]:
                       valid=score(ppl + 5), test=score(ppl), params=1,
                       extra={"cpu_s": 60.0 * FLOPS[label] / 1e12 * (1 + seed / 10), "budget_tokens_trained": tokens,
                              "budget_flops": FLOPS[label], "train_flops_per_token": per_token,
-                             "budget_tokens": tokens}).write(path)
+                             "budget_tokens": tokens, "hparams": {"hidden_dim": 200}}).write(path)
             runs.append((label, str(path)))
     for n, ppl in ((3, 160.0), (5, 155.0)):
         path = tmp_path / f"mkn{n}.json"
@@ -49,6 +49,7 @@ def test_one_row_per_architecture_and_budget_with_the_seeds_interval(tmp_path):
     rows = budget.run_rows(runs)
     table = budget.compute_table(rows)
     assert sorted(zip(table["budget"], table["model"])) == sorted(PPL)
+    assert table["chosen"].all()  # one width each: chosen by being the only one
     assert (table["seeds"] == 3).all()
     lstm1 = table[(table["budget"] == "b1") & (table["model"] == "lstm")].iloc[0]
     assert lstm1["test_ppl_mean"] == pytest.approx(121.0) and lstm1["test_ppl_std"] == pytest.approx(1.0)

@@ -2,11 +2,13 @@
 # study, one scale per budget (presets/ptb_budget.yaml). Here: every scale's neural runs side by side, with this
 # config's n-gram runs as references: results/<corpus>/budget/. Like the scales' comparison (scales.smk), it is left
 # out of a run whose scales have not run yet, saying so in one line: their runs are another run's outputs.
-from lmgrid.analysis.budget_cli import BUDGET_DIR
+from lmgrid.analysis.budget_cli import BUDGET_DIR, budget_label
 from lmgrid.analysis.budget_cli import OUTPUTS as BUDGET_OUTPUTS
 
 BUDGET_SCALES = [s for s in SCALES if s.config["train"].get("budget_flops", 0) > 0]
-BUDGET_RUNS = [(s.label, f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES
+# A budget with several widths is several scales, b1x_w100 and b1x_w200: both budget b1x (budget_label); the
+# width of each budget and architecture is chosen on valid there (lmgrid.analysis.budget.choose_widths).
+BUDGET_RUNS = [(budget_label(s.label), f"{key.run_dir(s.corpus)}/metrics.json") for s in BUDGET_SCALES
                for key in all_runs(s.config["studies"]) if not key.is_ngram]
 BUDGET_REFERENCES = [f"{key.run_dir(CORPUS)}/metrics.json" for key in all_runs(config["studies"]) if key.is_ngram]
 _BUDGET_MISSING = [path for _, path in BUDGET_RUNS if not os.path.exists(path)]
@@ -14,6 +16,17 @@ if BUDGET_SCALES and _BUDGET_MISSING:
     print(f"lmgrid: the equal-compute study is left out of this run: {_BUDGET_MISSING[0]} is not there yet "
           f"(`make run` runs every scale first)", file=sys.stderr)
 COMPARE_BUDGETS = bool(BUDGET_RUNS) and not _BUDGET_MISSING
+
+
+# The scales' runs are read, not declared as inputs: declared, they are outputs of this run's own rules too, and
+# Snakemake would rebuild them under this run (a scale corpus's stage differs here: raw_inputs names this config's
+# folder), retraining every scale's run. Their state enters as a params stamp instead, so a rerun scale still
+# reruns `budget`.
+def _budget_stamp():
+    import hashlib
+
+    state = "\n".join(f"{label} {path} {os.stat(path).st_mtime_ns}" for label, path in BUDGET_RUNS)
+    return hashlib.sha256(state.encode()).hexdigest()[:16]
 
 
 def budget_outputs(corpus):
@@ -25,15 +38,16 @@ if COMPARE_BUDGETS:
     rule budget:
         localrule: local("budget")
         input:
-            runs=[path for _, path in BUDGET_RUNS],
             references=BUDGET_REFERENCES,
         output:
-            [f"{BUDGET_DIR}/{name}" for name in BUDGET_OUTPUTS if not name.endswith(".html")],
+            [f"{BUDGET_DIR}/{name}" for name in BUDGET_OUTPUTS if not name.endswith((".html", ".png"))],
             html=report(f"{BUDGET_DIR}/compute.html", caption="../report/budget.rst", category="Equal compute"),
+            png=report(f"{BUDGET_DIR}/ppl_vs_compute.png", caption="../report/budget.rst", category="Equal compute"),
         params:
             runs=" ".join(f"--run {shlex.quote(label)} {shlex.quote(path)}" for label, path in BUDGET_RUNS),
             references=" ".join(f"--reference {shlex.quote(p)}" for p in BUDGET_REFERENCES),
             out=lambda w: BUDGET_DIR.format(corpus=w.corpus),
+            runs_stamp=_budget_stamp(),
         benchmark:
             "results/{corpus}/benchmarks/budget.tsv"
         log:

@@ -1,19 +1,26 @@
 """The equal-compute study: every architecture trained at the same FLOP budgets, PPL against compute.
 
-A budget study is a config whose scales (lmgrid.orchestration.scales) each set `train.budget_flops`: one scale per
-budget, each its own Snakemake run under its own corpus name, with every neural architecture and its seeds.  This
-module reads their runs' metrics.json (and the config's own n-gram runs, the references) and writes
+A budget study is a config whose scales (lmgrid.orchestration.scales) each set `train.budget_flops`, each its own
+Snakemake run under its own corpus name, with every neural architecture and its seeds.  An architecture may run at
+several widths per budget: one scale per budget and width (a run folder is keyed by its grid cell only, so two widths
+are two Snakemake runs), the scales of one budget sharing its label (`b1x_w100` and `b1x_w200` are budget `b1x`:
+budget_cli.budget_label).  The width of a budget and architecture is chosen on VALID: the lowest mean valid PPL over
+seeds (ties: the narrower, fewer parameters); test PPL is read at that width only.  Every width stays in
+compute.csv, the choice in its `chosen` column, so a reader sees what was chosen from.
+
+This module reads the scales' runs' metrics.json (and the config's own n-gram runs, the references) and writes
 results/<corpus>/budget/:
-* compute.{csv,md,html}: per architecture and budget, test PPL mean, sample std and 95% t interval over seeds
+* compute.{csv,md,html}: per architecture, budget and width, test PPL mean, sample std and 95% t interval over seeds
   (analysis.effects.t_interval, df = seeds - 1), valid PPL mean, the training CPU-minutes (metrics.json cpu_s: the
   training process's own CPU, user + system, from getrusage(RUSAGE_SELF) in that process; a job forked from the
   warm server is its own process and its counters start at zero at the fork, so it is the job's own CPU, never the
   server's) and the training FLOPs it spent (the budget schedule's tokens x the model's FLOPs per training token);
   the n-gram rows below, each with its own (estimation) CPU time;
-* ppl_vs_compute.{pdf,png}: one line per architecture, the t interval as error bars, on a CPU-minutes axis (a) and
-  on the machine-independent FLOP axis (b), both log; the n-grams as horizontal lines;
-* findings.md: per budget, which architectures' intervals do not overlap (separated), chosen by the intervals
-  alone: the order of two architectures is claimed only where they are separated.
+* ppl_vs_compute.{pdf,png}: one line per architecture through its chosen widths (each point labelled with its
+  width), the t interval as error bars, on a CPU-minutes axis (a) and on the machine-independent FLOP axis (b), both
+  log; the n-grams as horizontal lines;
+* findings.md: per budget, the chosen widths and which architectures' intervals do not overlap (separated), chosen
+  by the intervals alone: the order of two architectures is claimed only where they are separated.
 """
 from __future__ import annotations
 
@@ -32,28 +39,46 @@ from lmgrid.run.record import RunRecord
 
 
 def run_rows(runs: list[tuple[str, str]]) -> pd.DataFrame:
-    """runs: (budget label, metrics.json path) of neural runs.  One row per run; a run without a FLOP budget (not
-    trained with train.budget_flops) is one line naming its file."""
+    """runs: (budget label, metrics.json path) of neural runs.  One row per run, its width the model's hidden_dim
+    (metrics.json hparams); a run without a FLOP budget (not trained with train.budget_flops), without its width,
+    or a budget whose runs had different budgets, or a seed twice at one budget, model and width (two scales of the
+    same width) is one line naming the file."""
     rows = []
     for label, path in runs:
         r = RunRecord.read(path)
         if not r.get("budget_flops"):
             raise LmgridError(f"{path}: no budget_flops: the run was not trained with train.budget_flops "
                               f"(budget '{label}')")
+        width = (r.get("hparams") or {}).get("hidden_dim")
+        if not width:
+            raise LmgridError(f"{path}: no hparams.hidden_dim: the run's width is unknown (budget '{label}')")
         rows.append({"budget": label, "arch": r.arch, "model": r.arch if r.impl == "torch" else f"{r.arch}/{r.impl}",
-                     "seed": r.seed, "test_ppl": r.test.ppl, "valid_ppl": r.valid.ppl,
+                     "width": int(width), "seed": r.seed, "path": path,
+                     "test_ppl": r.test.ppl, "valid_ppl": r.valid.ppl,
                      "cpu_min": r.get("cpu_s") / 60, "budget_flops": r.get("budget_flops"),
                      "train_flops": r.get("budget_tokens_trained") * r.get("train_flops_per_token"),
                      "train_tokens": r.get("budget_tokens_trained")})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for label, g in out.groupby("budget", sort=False):
+        if g["budget_flops"].nunique() > 1:
+            raise LmgridError(f"{g['path'].iloc[-1]}: budget '{label}' has runs at "
+                              f"{', '.join(f'{v:g}' for v in sorted(g['budget_flops'].unique()))} FLOPs: one budget, "
+                              "one train.budget_flops (a scale label's part before its last '_' names its budget)")
+    twice = out[out.duplicated(["budget", "model", "width", "seed"])]
+    if len(twice):
+        r = twice.iloc[0]
+        raise LmgridError(f"{r['path']}: budget '{r['budget']}', {r['model']} width {r['width']}, seed {r['seed']} "
+                          "twice (two scales of one budget at the same width)")
+    return out.drop(columns="path")
 
 
 def compute_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per budget and model: every measure over its seeds (one point per seed, never pooled runs)."""
+    """One row per budget, model and width: every measure over its seeds (one point per seed, never pooled runs);
+    `chosen`: the width of its budget and model with the lowest valid PPL mean (choose_widths)."""
     out = []
-    for (budget, model), g in rows.groupby(["budget", "model"], sort=False):
+    for (budget, model, width), g in rows.groupby(["budget", "model", "width"], sort=False):
         lo, hi = t_interval(g["test_ppl"])
-        out.append({"budget": budget, "budget_flops": g["budget_flops"].iloc[0], "model": model,
+        out.append({"budget": budget, "budget_flops": g["budget_flops"].iloc[0], "model": model, "width": width,
                     "display": names.display(model), "seeds": int(g["seed"].nunique()),
                     "test_ppl_mean": g["test_ppl"].mean(), "test_ppl_std": g["test_ppl"].std(ddof=1),
                     "test_ppl_ci_low": lo, "test_ppl_ci_high": hi, "valid_ppl_mean": g["valid_ppl"].mean(),
@@ -63,7 +88,20 @@ def compute_table(rows: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     table["_rank"] = table["model"].map(names.rank)
-    return table.sort_values(["budget_flops", "_rank"]).drop(columns="_rank").reset_index(drop=True)
+    table = table.sort_values(["budget_flops", "_rank", "width"]).drop(columns="_rank").reset_index(drop=True)
+    return choose_widths(table)
+
+
+def choose_widths(table: pd.DataFrame) -> pd.DataFrame:
+    """`chosen` True on one width per budget and model: the lowest mean valid PPL over seeds, the narrower on a tie
+    (the table is sorted by width).  Never test PPL: test is read once, at the width valid chose."""
+    best = table.groupby(["budget", "model"], sort=False)["valid_ppl_mean"].idxmin()
+    return table.assign(chosen=table.index.isin(best.values))
+
+
+def chosen(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows the figure and the findings show: each budget and model at its chosen width."""
+    return table[table["chosen"]].reset_index(drop=True)
 
 
 def references(paths: list[str]) -> pd.DataFrame:
@@ -77,9 +115,10 @@ def references(paths: list[str]) -> pd.DataFrame:
 
 
 def separations(table: pd.DataFrame) -> list[str]:
-    """Per budget, the pairs of models whose 95% intervals do not overlap (lower PPL first), and the rest."""
+    """Per budget, the models at their chosen widths, and the pairs of them whose 95% intervals do not overlap
+    (lower PPL first), and the rest."""
     lines = []
-    for budget, g in table.groupby("budget", sort=False):
+    for budget, g in chosen(table).groupby("budget", sort=False):
         g = g.sort_values("test_ppl_mean")
         apart, together = [], []
         recs = list(g.itertuples())
@@ -92,7 +131,8 @@ def separations(table: pd.DataFrame) -> list[str]:
                 else:
                     together.append(f"{a.display} / {b.display}")
         flops = g["budget_flops"].iloc[0]
-        lines.append(f"- **{budget}** ({flops:.3g} training FLOPs): separated: "
+        widths = ", ".join(f"{r.display} {r.width}" for r in g.sort_values("display").itertuples())
+        lines.append(f"- **{budget}** ({flops:.3g} training FLOPs; widths chosen on valid: {widths}): separated: "
                      f"{'; '.join(apart) or 'none'}. Overlapping: {'; '.join(together) or 'none'}.")
     return lines
 
@@ -100,7 +140,7 @@ def separations(table: pd.DataFrame) -> list[str]:
 def _fmt(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "budget": t["budget"], "FLOPs": t["budget_flops"].map(lambda v: f"{v:.3g}"), "model": t["display"],
-        "seeds": t["seeds"],
+        "width": t["width"], "chosen": t["chosen"].map({True: "yes", False: ""}), "seeds": t["seeds"],
         "test PPL mean ± std": [f"{m:.2f} ± {s:.2f}" if not math.isnan(s) else f"{m:.2f}"
                                 for m, s in zip(t["test_ppl_mean"], t["test_ppl_std"])],
         "95% t interval": [f"[{lo:.2f}, {hi:.2f}]" if not math.isnan(lo) else "n/a"
@@ -113,8 +153,9 @@ def _fmt(t: pd.DataFrame) -> pd.DataFrame:
 NOTE = ("Every architecture at the same training-FLOP budgets (train.budget_flops: the analytic count of "
         "lmgrid.models.flops, forward + backward), each run annealed to the end of its budget (budget-schedule). "
         "Test PPL: mean ± sample std over seeds, 95% t interval (df = seeds - 1). CPU-min: the training process's own "
-        "CPU time (metrics.json cpu_s), mean over seeds. One width per architecture (the preset's): the width is not "
-        "yet chosen on valid per budget.")
+        "CPU time (metrics.json cpu_s), mean over seeds. Width: the hidden size; per budget and architecture the "
+        "width with the lowest mean valid PPL is chosen (column chosen), and only the chosen rows are compared and "
+        "drawn; the other widths are listed to show the choice.")
 
 
 def write(table: pd.DataFrame, refs: pd.DataFrame, out_dir: str) -> list[str]:
@@ -145,4 +186,4 @@ def write(table: pd.DataFrame, refs: pd.DataFrame, out_dir: str) -> list[str]:
             "<ul>" + "".join(f"<li>{escape(f[2:].replace('**', ''))}</li>" for f in findings) + "</ul>"]))
     from lmgrid.analysis.budget_plot import ppl_vs_compute
 
-    return ppl_vs_compute(table, refs, str(out / "ppl_vs_compute"))
+    return ppl_vs_compute(chosen(table), refs, str(out / "ppl_vs_compute"))

@@ -12,6 +12,12 @@ BUDGET_DIR = "results/{corpus}/budget"
 OUTPUTS = ("compute.csv", "compute.md", "compute.html", "ppl_vs_compute.pdf", "ppl_vs_compute.png", "findings.md")
 
 
+def budget_label(scale: str) -> str:
+    """The budget a scale belongs to: its label up to its last '_' (`b1x_w100` -> `b1x`: one scale per budget and
+    width), or the whole label (`b1x`: one width per budget)."""
+    return scale.rsplit("_", 1)[0] if "_" in scale else scale
+
+
 def cmd_compare(a) -> None:
     from lmgrid.analysis.budget import compute_table, references, run_rows, write
 

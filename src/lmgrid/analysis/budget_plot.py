@@ -1,4 +1,5 @@
-"""The equal-compute figure (lmgrid.analysis.budget): test PPL against compute, one line per architecture.
+"""The equal-compute figure (lmgrid.analysis.budget): test PPL against compute, one line per architecture through
+the widths chosen on valid (the caller passes budget.chosen(table)), each point labelled with its width.
 
 Panel (a): x = the training CPU-minutes the runs measured (mean over seeds; this machine's); panel (b): x = the
 training FLOPs they spent (the analytic count, the same on every machine).  Both axes log: the budgets are spaced by
@@ -37,6 +38,10 @@ def ppl_vs_compute(table: pd.DataFrame, refs: pd.DataFrame, stem: str) -> list[s
                                marker=palette.marker(model), ls="-", label=names.display(model))
             if k == 0:
                 handles.append(line)
+            if "width" in g:  # which width valid chose at each budget: the line may change width along the way
+                for xv, yv, w in zip(g[x], g["test_ppl_mean"], g["width"]):
+                    ax.annotate(f"{w:g}", (xv, yv), xytext=(3, 3), textcoords="offset points", fontsize=5,
+                                color=palette.colour(model))
     refs = refs.sort_values(["model", "n_step"])
     for r, shade in zip(refs.itertuples(), refs.groupby("model").cumcount()):  # a model's orders: shades of its colour
         for k, ax in enumerate(axes):

@@ -3,8 +3,8 @@ their numbers from (lmgrid.analysis.docs_render), and `run.json`, where and how 
 
 `lmgrid docs --from results/<corpus> --snapshot docs/results/<name>` writes it.  It copies the tables that exist
 (SNAPSHOT_GLOBS: the summary, the reference table, the combinations, each study's tables, the embeddings and gate
-tables), writes `runs.csv` (one row per trained run: how it stopped, its epochs, wall and CPU time, parameters, from
-its metrics.json) and `run.json`:
+tables, the equal-compute study's table and figure), writes `runs.csv` (one row per trained run: how it stopped, its
+epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
 * `commit`: the git commit checked out where the results lie, when the snapshot is taken (`dirty` when that
   checkout has uncommitted changes to tracked files);
 * `date`: the day the run's last job ended (UTC), from the newest benchmark file;
@@ -40,7 +40,8 @@ from lmgrid.run.record import RECORD_FILE, RunRecord
 
 # The result files the docs render from, relative to results/<corpus>/ (those that exist are copied).
 SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/table.csv",
-                  "studies/*/*gate*.csv", "embeddings/embeddings.csv", "scales/gates.csv")
+                  "studies/*/*gate*.csv", "embeddings/embeddings.csv", "scales/gates.csv",
+                  "budget/compute.csv", "budget/ppl_vs_compute.png")
 RUN_FILE = "run.json"
 RUNS_FILE = "runs.csv"
 RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "epochs", "best_epoch",

@@ -155,8 +155,45 @@ def stops(snap: Path, _arg: str = "") -> str:
             f"{before} of them had their best epoch before their last.")
 
 
+def budget(snap: Path, _arg: str = "") -> str:
+    """budget/compute.csv (the equal-compute study, lmgrid.analysis.budget): per budget and architecture the width
+    chosen on valid, with its test PPL (mean ± std over seeds, 95% t interval) and the widths it was chosen from;
+    the n-gram references; per budget, which architectures are separated by their intervals (budget.separations,
+    the findings' own words); and the figure, linked from the snapshot from the repository's root (a snapshot is
+    docs/results/<name>, and GitHub resolves a link starting with / from the root)."""
+    from lmgrid.analysis.budget import separations
+
+    t = _read(snap, "budget/compute.csv")
+    neural = t[t["kind"] == "neural"].copy()
+    if "chosen" not in neural:  # a run of the one-width study, before widths were chosen: its width is the only one
+        neural["chosen"], neural["width"] = True, math.nan
+    neural["chosen"] = neural["chosen"].astype(str).str.lower().isin(("true", "1", "yes"))
+    tried = neural.groupby(["budget", "model"])["width"].agg(
+        lambda w: ", ".join(f"{v:g}" for v in sorted(w.dropna())))
+    picked = neural[neural["chosen"]]
+    show = pd.DataFrame({
+        "budget": picked["budget"], "FLOPs": picked["budget_flops"].map(lambda v: f"{v:.3g}"),
+        "model": picked["display"], "width (chosen on valid)": picked["width"].map(lambda v: _num(v, "g")),
+        "widths tried": [tried[(b, m)] for b, m in zip(picked["budget"], picked["model"])],
+        "seeds": picked["seeds"], "test PPL": [_mean_std(m, s) for m, s in
+                                             zip(picked["test_ppl_mean"], picked["test_ppl_std"])],
+        "95% t interval": [_interval(lo, hi) for lo, hi in zip(picked["test_ppl_ci_low"], picked["test_ppl_ci_high"])],
+        "valid PPL": picked["valid_ppl_mean"].map(_num), "CPU-min": picked["cpu_min_mean"].map(_num)})
+    refs = t[t["kind"] == "ngram"]
+    ref_line = "; ".join(f"{r.display} {_num(r.test_ppl_mean)} ({_num(r.cpu_min_mean)} CPU-min)"
+                         for r in refs.itertuples())
+    parts = [_markdown(show)]
+    if ref_line:
+        parts.append(f"References (test PPL): {ref_line}.")
+    parts.append("Separated by their intervals, per budget:\n\n" + "\n".join(separations(picked)))
+    if (snap / "budget" / "ppl_vs_compute.png").is_file():
+        parts.append(f"![Test PPL against training compute, one line per architecture at its chosen widths]"
+                     f"(/docs/results/{snap.name}/budget/ppl_vs_compute.png)")
+    return "\n\n".join(parts)
+
+
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "stops": stops, **docs_gpu.TABLES}
+          "study": study, "timing": timing, "stops": stops, "budget": budget, **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:

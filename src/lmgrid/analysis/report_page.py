@@ -4,7 +4,8 @@ One self-contained HTML file (every figure embedded as a data URI) built from th
 computed here: the summary table (each model's best cell, chosen on valid, from summary.csv through
 summary.headline), then each study with its question (the config's `description`), one sentence from its
 findings.md (answer_items) and its main figure (layout.main_figure); then every run, each study's table, findings and
-word-vector line, and last the link to Snakemake's own report (job graph, every output with its caption, run times).
+word-vector line, the equal-compute study's figure, findings and table where the run has one (budget_section),
+and last the link to Snakemake's own report (job graph, every output with its caption, run times).
 A section without data is one `p.no-data` line saying why.  `print_page` is the same first view laid out for one
 printed page (the column-width figures), which `report.write_pdf` prints to results/report.pdf.
 """
@@ -196,6 +197,28 @@ def first_view(base: Path, studies: dict) -> str:
             f'<div class="grid">{cards}</div></section></div>')
 
 
+def budget_section(base: Path) -> str:
+    """The equal-compute study (results/<corpus>/budget/, lmgrid.analysis.budget), when the config is one: its figure
+    (one line per architecture through the widths chosen on valid), its findings (per budget, the chosen widths and
+    which architectures are separated by their intervals) and its table (every width, the choice marked); '' when
+    the run has no budget folder."""
+    folder = base / "budget"
+    if not folder.is_dir():
+        return ""
+    png = folder / "ppl_vs_compute.png"
+    parts = ['<section id="budget" class="study"><h2>Equal compute</h2>',
+             image(png, "test PPL against training compute, one line per architecture at its chosen widths")
+             if png.is_file() else no_data("No figure: ppl_vs_compute.png is not made yet.")]
+    findings = folder / "findings.md"
+    if findings.is_file():
+        items = [i for _, found in _sections(findings.read_text(encoding="utf-8")) for i in found]
+        parts.append('<ul class="answer">' + "".join(f"<li>{_md_inline(i)}</li>" for i in items) + "</ul>")
+    table = _table_html(folder / "compute.html")
+    if table:
+        parts.append(f"<details><summary>Every budget, architecture and width</summary>{table}</details>")
+    return "".join(parts) + "</section>"
+
+
 def workflow_section(workflow_report: str) -> str:
     """The end of the page: the link to Snakemake's own report."""
     return ('<section id="workflow"><h2>Workflow and run details</h2><p>Snakemake\'s report of this run: '
@@ -214,7 +237,8 @@ def page(results: Path, corpus: str, studies: dict, workflow_report: str = WORKF
             + "".join(_study_details(base / "studies" / n, n) for n in studies) + "</section>")
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmgrid results: "
             f"{escape(corpus)}</title>{STYLE}</head><body>{_header(corpus, summary, studies)}"
-            f"{first_view(base, studies)}{more}{workflow_section(workflow_report)}</body></html>\n")
+            f"{first_view(base, studies)}{budget_section(base)}{more}{workflow_section(workflow_report)}"
+            "</body></html>\n")
 
 
 def print_page(results: Path, corpus: str, studies: dict) -> str:
