@@ -89,3 +89,36 @@ def test_counts_below_one_are_one_line_errors(tmp_path, capsys):
         assert stop.value.code == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"argument {option}: 0: must be at least 1")
     assert vs_plain.at_least_one("1") == 1
+
+
+def test_vs_plain_cpu_clock_counts_the_whole_process_tree(tmp_path):
+    """`timed(..., cpu=...)` records the CPU seconds of the child and of the processes it waited for: a child that
+    only sleeps while its own child burns CPU is charged that CPU (lmgrid train's warm-less process tree, the
+    plain script alike).  Kills: the CPU taken from the bench's own clock or the child's own user time alone
+    (a 0-ish figure here)."""
+    from lmgrid.bench import vs_plain
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    child = f"import subprocess, sys, time; time.sleep(0.2); subprocess.run([sys.executable, '-c', {burn!r}])"
+    cpu = []
+    wall, _, _ = vs_plain.timed([sys.executable, "-c", child], tmp_path, cpu=cpu)
+    assert len(cpu) == 1 and cpu[0] >= 0.6, (cpu, wall)
+
+
+@pytest.mark.full  # starts a warm server
+def test_vs_plain_cpu_clock_and_warm_rows(tmp_path, capsys):
+    """`vs-plain --clock cpu --warm` runs every row (plain, lmgrid's own process, lmgrid as a warm server's job)
+    and its table of medians holds each row's CPU seconds, not its wall.  Kills: the table filled from the wall
+    clock under --clock cpu, or the warm row left out."""
+    from lmgrid.bench import vs_plain
+
+    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    assert vs_plain.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--pairs", "1", "--threads", "1",
+                          "--clock", "cpu", "--warm", "--precision", "32-true"]) == 0
+    out = capsys.readouterr().out
+    per_pair = dict(re.findall(r"^pair 1: (.+?) +wall +[\d.]+ s, CPU +([\d.]+) s", out, re.M))
+    assert set(per_pair) == {"plain fp32", "lmgrid 32-true", "lmgrid 32-true warm"}, out
+    table = dict(re.findall(r"^(plain fp32|lmgrid 32-true warm|lmgrid 32-true) +([\d.]+) ", out, re.M))
+    assert table == per_pair, out

@@ -7,9 +7,16 @@ alike. Figures per process: whole-process wall (start-up, data, training, evalua
 tokens/s each reports, and peak RSS (the child's ru_maxrss from wait4). The plain script is
 lmgrid/bench/plain_lstm.py. Printed, never asserted; the targets are those of docs/benchmarks.md.
 
-`lmgrid train` runs as the workflow runs it (its own process, no warm server) on the corpus and vocabulary the
+`lmgrid train` runs in its own process (as on a cluster node, where no warm server answers) on the corpus and vocabulary the
 `corpus` and `vocab` stages write, prepared once beforehand and not timed. Its run writes what a grid cell writes:
 checkpoints, the model, metrics and, for an LSTM, its gate statistics.
+
+`--clock cpu` compares CPU time instead of wall: user + system seconds of each process and of the processes it
+waited for (wait4's rusage), so on a machine other jobs share, at one thread, the figure stands for what an idle
+machine's wall clock would show (as `lmgrid.bench archs --clock cpu`).  `--warm` adds rows where `lmgrid train`
+is a job of a warm server (lmgrid.orchestration.warm), as a local workflow runs it: the imports of torch and
+Lightning are paid once by the server, not by the job; its time is the thin client's plus the forked child's
+(wall: the client's; CPU: the client's rusage plus the child's own `cpu_s` in metrics.json).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from pathlib import Path
 
 from lmgrid.data.corpus import SPLITS
 from lmgrid.neural.precision import native_cpu_bf16
+from lmgrid.orchestration.warm import SOCKET_ENV
 from lmgrid.run.record import RECORD_FILE, RunRecord
 
 
@@ -45,14 +53,18 @@ def exit_if_failed(bench: str, cmd: list[str], returncode: int, output: str) -> 
         raise SystemExit(f"{bench}: {' '.join(cmd[:4])} ... failed (exit {returncode}):\n{output[-2000:]}")
 
 
-def timed(cmd: list[str], cwd: Path, bench: str = "vs-plain") -> tuple[float, float, str]:
-    """(wall s, peak RSS MiB, stdout) of one child process run to its end."""
+def timed(cmd: list[str], cwd: Path, bench: str = "vs-plain", env: dict | None = None,
+          cpu: list | None = None) -> tuple[float, float, str]:
+    """(wall s, peak RSS MiB, stdout) of one child process run to its end; its CPU seconds (user + system, its own
+    and its waited-for children's) appended to `cpu` when given."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     exit_if_failed(bench, cmd, os.waitstatus_to_exitcode(status), out)
+    if cpu is not None:
+        cpu.append(usage.ru_utime + usage.ru_stime)
     return wall, usage.ru_maxrss / 1024, out
 
 
@@ -103,48 +115,86 @@ def parse_job_args(p: argparse.ArgumentParser, argv: list[str], precision_help: 
     return a
 
 
+WARM_IDLE_S = 7 * 24 * 3600.0  # the bench ends the server itself
+
+
+def warm_server(work: Path) -> tuple[subprocess.Popen, dict]:
+    """A `lmgrid warm-server` for the bench's lifetime, and the environment whose `lmgrid train` runs as its job."""
+    sock = str(work / "warm.sock")
+    # No idle exit: a pair's other rows take longer than the server's default idle time, and a job that finds no
+    # server runs in its own process, silently (the row would time the own-process job twice over).
+    server = subprocess.Popen([sys.executable, "-m", "lmgrid", "warm-server", "--socket", sock, "--parent-pid",
+                               str(os.getpid()), "--idle-s", str(WARM_IDLE_S)], stdout=subprocess.DEVNULL)
+    while not os.path.exists(sock):
+        if server.poll() is not None:
+            raise SystemExit(f"vs-plain: the warm server exited ({server.returncode}) before it listened")
+        time.sleep(0.2)
+    return server, {**os.environ, SOCKET_ENV: sock}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lmgrid.bench vs-plain", description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=at_least_one, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="compare whole-process wall time (default) or CPU time (user + system; a shared machine)")
+    p.add_argument("--warm", action="store_true", help="also run lmgrid train as a warm server's job")
     a = parse_job_args(p, argv, "each is compared with the plain script's fp32 (and bf16) run")
-    ptb = Path(a.ptb_dir)
+    ptb = Path(a.ptb_dir).resolve()  # the children run in the work folder
     import torch
 
     print(f"LSTM 2x200, first {a.lines} lines of PTB train, 1 epoch + valid + test; {a.pairs} alternating pairs; "
           f"{platform.machine()}, {os.cpu_count()} CPUs, {a.threads} threads, torch {torch.__version__}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"{a.clock} clock, load average {os.getloadavg()[0]:.1f}")
     work = Path(tempfile.mkdtemp(prefix="lmgrid-vs-plain-"))
+    server, warm_env = None, None
     try:
         files = prepare(ptb, work, a.lines)
+        if a.warm:
+            server, warm_env = warm_server(work)
         rows = {}
         plain_bf16 = "bf16-mixed" in a.precision and bool(native_cpu_bf16())
         if "bf16-mixed" in a.precision and not plain_bf16:
             print("no plain bf16 row: this CPU has no native bf16, and the plain script's nn.LSTM needs it")
-        variants = [("plain fp32", False, None)] + [("plain bf16", True, None)] * plain_bf16 + [
-            (f"lmgrid {prec}", None, prec) for prec in a.precision]
+        variants = [("plain fp32", False, None, None)] + [("plain bf16", True, None, None)] * plain_bf16 + [
+            (f"lmgrid {prec}", None, prec, None) for prec in a.precision] + [
+            (f"lmgrid {prec} warm", None, prec, warm_env) for prec in a.precision if a.warm]
         for pair in range(a.pairs):
             order = variants if pair % 2 == 0 else variants[::-1]
-            for name, bf16, prec in order:
+            for name, bf16, prec, env in order:
+                cpu = []
                 if prec is None:
-                    wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16), work)
+                    wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16), work, cpu=cpu)
                     tps = json.loads(out.strip().splitlines()[-1])["train_tokens_per_s"]
                 else:
                     run = work / f"lmgrid-{pair}-{prec}"
-                    wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work)
-                    tps = RunRecord.read(run / "run" / RECORD_FILE).get("train_tokens_per_s")
+                    wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work, env=env, cpu=cpu)
+                    record = RunRecord.read(run / "run" / RECORD_FILE)
+                    tps = record.get("train_tokens_per_s")
+                    if env is not None:  # the forked child's own figures: the client only waited for it
+                        if server.poll() is not None:
+                            raise SystemExit(f"vs-plain: the warm server exited ({server.returncode}); "
+                                             f"{name} ran in its own process")
+                        cpu[0] += record.get("cpu_s")
+                        rss = record.get("max_rss_mib")
                     shutil.rmtree(run)
-                rows.setdefault(name, []).append((wall, tps, rss))
-                print(f"pair {pair + 1}: {name:18s} wall {wall:6.1f} s, train {tps:7.0f} tokens/s, "
-                      f"peak RSS {rss:5.0f} MiB", flush=True)
+                time_s = wall if a.clock == "wall" else cpu[0]
+                rows.setdefault(name, []).append((time_s, tps, rss))
+                print(f"pair {pair + 1}: {name:23s} wall {wall:6.1f} s, CPU {cpu[0]:6.1f} s, train {tps:7.0f} "
+                      f"tokens/s, peak RSS {rss:5.0f} MiB", flush=True)
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
         shutil.rmtree(work, ignore_errors=True)
     med = {name: [statistics.median(col) for col in zip(*vals)] for name, vals in rows.items()}
     base = med["plain fp32"]
-    print("\nmedians                 wall s   train tokens/s   peak RSS MiB   wall / plain fp32   tokens/s / plain fp32"
-          "   RSS / plain fp32")
-    for name, (wall, tps, rss) in med.items():
-        print(f"{name:22s} {wall:7.1f}   {tps:14.0f}   {rss:12.0f}   {wall / base[0]:17.2f}   {tps / base[1]:20.2f}"
-              f"   {rss / base[2]:16.2f}")
+    bf16_base = med.get("plain bf16")
+    print(f"\nmedians ({a.clock})        {a.clock} s   train tokens/s   peak RSS MiB   {a.clock} / plain fp32   "
+          f"{a.clock} / plain same precision   tokens/s / plain fp32")
+    for name, (time_s, tps, rss) in med.items():
+        same = bf16_base if ("bf16" in name and bf16_base) else base
+        print(f"{name:27s} {time_s:7.1f}   {tps:14.0f}   {rss:12.0f}   {time_s / base[0]:16.2f}   "
+              f"{time_s / same[0]:29.2f}   {tps / base[1]:20.2f}")
     print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0
