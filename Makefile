@@ -28,9 +28,9 @@ DRYOUT  := $(if $(VERBOSE),--quiet host,--quiet rules host)
 # requirements.lock pins the whole runtime environment; the test tools (pytest, kenlm, which
 # compiles for about a minute) come only with `make test`.
 # uv (pinned: UV_PIN, into $(VENV)/.uv, outside the environment's own packages) installs the same pins several times
-# faster than pip: it downloads in parallel and compiles no bytecode up front. It reads no pip.conf, so
-# tools/uv_pip.py hands it pip's configuration (indexes, local wheel folders such as one with torch's +cpu wheel,
-# constraints): both install the same builds. Where uv cannot be installed or fails, pip installs, as before.
+# faster than pip: it downloads, unpacks and compiles in parallel. It reads no pip.conf, so tools/uv_pip.py hands it
+# pip's configuration (indexes, local wheel folders such as one with torch's +cpu wheel, constraints) and pip's
+# bytecode compiling: both install the same builds. Where uv cannot be installed or fails, pip installs, as before.
 # The installers' output goes to $(PIPLOG) and is shown only when an install fails.
 UV_PIN  := 0.13.8
 UV      := $(VENV)/.uv/bin/uv

@@ -38,7 +38,9 @@ def pairs(args: list[str], flag: str) -> list[str]:
 def test_pip_configuration_reaches_uv(monkeypatch):
     """Kills: a lost option (find-links dropped: uv fetches the CUDA torch from the index instead of the +cpu wheel;
     one extra index of two), the wrong precedence (the global or another command's value over a PIP_* variable),
-    and uv's own first-index rule instead of pip's best version over all indexes."""
+    uv's own first-index rule instead of pip's best version over all indexes, and no bytecode compiled (pip
+    compiles it unless told --no-compile; without it, where PYTHONDONTWRITEBYTECODE is set, every process that
+    imports torch compiles it again)."""
     monkeypatch.setattr(uv_pip.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=PIP_CONFIG, stderr=""))
     args, env = uv_pip.uv_options(uv_pip.pip_config("python"))
@@ -48,6 +50,8 @@ def test_pip_configuration_reaches_uv(monkeypatch):
     assert pairs(args, "--constraint") == ["/etc/xdg/pip/constraints.txt"]
     assert pairs(args, "--index-strategy") == ["unsafe-best-match"]
     assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_HTTP_TIMEOUT": "180"}
+    assert "--compile-bytecode" in args
+    assert "--compile-bytecode" not in uv_pip.uv_options({"no-compile": "yes"})[0]
 
 
 def test_a_pip_option_uv_is_not_told_stops_it(monkeypatch, capsys):

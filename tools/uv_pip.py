@@ -3,8 +3,8 @@
 uv reads neither pip.conf nor the PIP_* variables, so on its own it can install other builds than `pip install ARGS`
 would: where pip's find-links folder holds torch's +cpu wheel, uv would fetch the CUDA build from the index instead.
 This hands uv what `<python> -m pip config list` reports (indexes, local wheel folders, constraints, certificate,
-trusted hosts, timeout, proxy) and pip's rule of taking the best version over all indexes, so both install the same
-set. A pip option that would change what is installed and has no translation here stops it with exit status 3 and one
+trusted hosts, timeout, proxy), pip's rule of taking the best version over all indexes and pip's compiling of the
+bytecode, so both install the same set. A pip option that would change what is installed and has no translation here stops it with exit status 3 and one
 line naming the option: the Makefile then installs with pip.
 
 usage: python tools/uv_pip.py UV PYTHON ARGS...   (UV: the uv binary; PYTHON: the venv's interpreter)
@@ -47,6 +47,10 @@ def is_true(value: str) -> bool:
 def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """uv's arguments and environment variables for pip's `config`; ValueError names an option with no translation."""
     args = ["--index-strategy", "unsafe-best-match"]  # pip's rule: the highest version over every index and folder
+    # pip compiles the installed modules' bytecode and uv by default does not: without it every process that
+    # imports torch compiles it again where PYTHONDONTWRITEBYTECODE is set (as on some machines), about 25 s each.
+    if not is_true(config.get("no-compile", "")):
+        args.append("--compile-bytecode")
     env: dict[str, str] = {}
     for option, value in sorted(config.items()):
         items = value.split() if option in LISTS else [value]
@@ -62,6 +66,8 @@ def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str]]:
             args += [a for host in items for a in ("--allow-insecure-host", host)]
         elif option == "no-index":
             args += ["--no-index"] if is_true(value) else []
+        elif option == "no-compile":
+            pass  # above
         elif option == "pre":
             args += ["--prerelease", "allow"] if is_true(value) else []
         elif option == "cert":
