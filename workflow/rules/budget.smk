@@ -4,6 +4,7 @@
 # out of a run whose scales have not run yet, saying so in one line: their runs are another run's outputs.
 from lmgrid.analysis.budget_cli import BUDGET_DIR, budget_label
 from lmgrid.analysis.budget_cli import OUTPUTS as BUDGET_OUTPUTS
+from lmgrid.orchestration.scales import mtime_stamp
 
 BUDGET_SCALES = [s for s in SCALES if s.config["train"].get("budget_flops", 0) > 0]
 # A budget with several widths is several scales, b1x_w100 and b1x_w200: both budget b1x (budget_label); the
@@ -21,14 +22,7 @@ COMPARE_BUDGETS = bool(BUDGET_RUNS) and not _BUDGET_MISSING
 # The scales' runs are read, not declared as inputs: declared, they are outputs of this run's own rules too, and
 # Snakemake would rebuild them under this run (a scale corpus's stage differs here: raw_inputs names this config's
 # folder), retraining every scale's run. Their state enters as a params stamp instead, so a rerun scale still
-# reruns `budget`.
-def _budget_stamp():
-    import hashlib
-
-    state = "\n".join(f"{label} {path} {os.stat(path).st_mtime_ns}" for label, path in BUDGET_RUNS)
-    return hashlib.sha256(state.encode()).hexdigest()[:16]
-
-
+# reruns `budget` (mtime_stamp, orchestration.scales).
 def budget_outputs(corpus):
     return [f"{BUDGET_DIR}/{name}".format(corpus=corpus) for name in BUDGET_OUTPUTS] if COMPARE_BUDGETS else []
 
@@ -47,7 +41,7 @@ if COMPARE_BUDGETS:
             runs=" ".join(f"--run {shlex.quote(label)} {shlex.quote(path)}" for label, path in BUDGET_RUNS),
             references=" ".join(f"--reference {shlex.quote(p)}" for p in BUDGET_REFERENCES),
             out=lambda w: BUDGET_DIR.format(corpus=w.corpus),
-            runs_stamp=_budget_stamp(),
+            runs_stamp=mtime_stamp(BUDGET_RUNS),
         benchmark:
             "results/{corpus}/benchmarks/budget.tsv"
         log:

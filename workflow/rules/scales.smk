@@ -2,9 +2,9 @@
 # run under corpus name <corpus>-<label>, which `make run` runs before this one (`lmgrid scales-run`). Here: the gate
 # studies' answers of this config and of every scale, side by side. A scale whose results are not there yet (a bare
 # `snakemake` or `make dry` before the scales ran) leaves the comparison out of this run, saying so in one line: its
-# files are another run's outputs, which this run reads and never makes (_scales_stamp).
+# files are another run's outputs, which this run reads and never makes (its `scales_stamp`).
 from lmgrid.orchestration.scales import OUTPUTS as SCALES_OUTPUTS
-from lmgrid.orchestration.scales import SCALES_DIR, gate_effect_file, gate_studies, scales_of
+from lmgrid.orchestration.scales import SCALES_DIR, gate_effect_file, gate_studies, mtime_stamp, scales_of
 
 try:
     SCALES = scales_of(_CLI_FILES, workflow.config_settings.config.get("set", "")) if config["scales"] else []
@@ -30,14 +30,7 @@ COMPARE_SCALES = bool(SCALES_TABLES) and not _MISSING
 # The scales' gates_effect.csv are read, not declared as inputs (as budget.smk reads the scales' runs): declared, they
 # are outputs of this run's own rules too (corpus=<corpus>-<label>), and Snakemake rebuilt them under this config's
 # settings (raw_inputs names this config's folder), rewriting the scale's corpus, vocabulary and tables. Their state
-# enters as a params stamp of their mtimes instead, so a rerun scale still reruns `scales`.
-def _scales_stamp():
-    import hashlib
-
-    state = "\n".join(f"{path} {os.stat(path).st_mtime_ns}" for corpus, _, path in SCALES_TABLES if corpus != CORPUS)
-    return hashlib.sha256(state.encode()).hexdigest()[:16]
-
-
+# enters as a params stamp of their mtimes instead (mtime_stamp), so a rerun scale still reruns `scales`.
 def scales_outputs(corpus):
     return [f"{SCALES_DIR}/gates.{e}".format(corpus=corpus) for e in SCALES_OUTPUTS] if COMPARE_SCALES else []
 
@@ -58,7 +51,7 @@ if COMPARE_SCALES:
             scales=" ".join(shlex.quote(f"--scale={c}={what}") for c, what in
                             [(CORPUS, f"this config ({' '.join(_CLI_FILES) or 'config.yaml'})")]
                             + [(s.corpus, f"scale '{s.label}' ({' '.join(s.configfiles)})") for s in SCALES]),
-            scales_stamp=_scales_stamp(),
+            scales_stamp=mtime_stamp((path,) for corpus, _, path in SCALES_TABLES if corpus != CORPUS),
         benchmark:
             "results/{corpus}/benchmarks/scales.tsv"
         log:

@@ -38,6 +38,17 @@ INTERACTIONS = {
         ("padding_free_end_aligned", "padfree_end"))}}
 
 
+def mtime_stamp(entries) -> str:
+    """A short hash of files' modification times, for a rule that reads another run's files without declaring them
+    as inputs (declared, they would be this run's outputs too, and rebuilt under this run's settings: scales.smk,
+    budget.smk): given as a param, it reruns the rule when one of them is rewritten.  Each entry is a tuple of
+    strings ending with the file's path, all of them hashed with its mtime."""
+    import hashlib
+
+    state = "\n".join(f"{' '.join(e)} {os.stat(e[-1]).st_mtime_ns}" for e in entries)
+    return hashlib.sha256(state.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Scale:
     label: str
