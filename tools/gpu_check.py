@@ -83,16 +83,17 @@ class Tee:
 
 
 def source_commit() -> dict:
-    """The commit checked (`lmgrid docs --from` puts it beside the figures): git's where the tree has its history,
-    else $LMGRID_COMMIT (a borrowed GPU machine gets the files without .git), else none."""
+    """The commit checked (`lmgrid docs --from` puts it beside the figures): git's where the tree has its history
+    (lmgrid.analysis.docs_snapshot.commit, as a run's snapshot reads it), else $LMGRID_COMMIT (a borrowed GPU machine
+    gets the files without .git), else none."""
+    from lmgrid.analysis.docs_snapshot import commit
+
     try:
-        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-    except OSError:
-        r = None
-    if r is not None and r.returncode == 0:
-        return {"commit": r.stdout.strip(), "dirty": bool(dirty)}
+        found = commit(REPO)
+    except OSError:  # no git program
+        found = {"commit": "unknown"}
+    if found["commit"] != "unknown":
+        return found
     return {"commit": os.environ["LMGRID_COMMIT"]} if os.environ.get("LMGRID_COMMIT") else {}
 
 
