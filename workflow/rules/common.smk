@@ -18,6 +18,7 @@ from lmgrid.run.spec import CONTRACT_1_TRIGGERS, NO_PARAM, RunSpec, spec_path
 from lmgrid.run.key import (NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, all_runs, arch_constraint,
                             beside_runs)
 from lmgrid.common import plugins
+from lmgrid.run.gate_facts import check_workflow_gates
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
@@ -132,6 +133,7 @@ def _cell_spec(arch, impl, n_step, layers, regime, seed):
     spec = RunSpec.build(arch=arch, impl=impl, n_step=n_step, layers=layers, regime=regime, seed=seed,
                          corpus=CORPUS, train=config["train"], live_mlflow=live_logger_kwargs(config["mlflow"], CORPUS))
     hp = spec.hparams
+    check_workflow_gates(arch, hp)
     return spec.placed(plan(hp["accelerator"], hp["precision"], cluster=CLUSTER, gpus=GPUS_HERE, gpu_bf16=_gpu_bf16))
 
 

@@ -9,7 +9,9 @@ lmgrid/bench/plain_lstm.py. Printed, never asserted; the targets are those of do
 
 `lmgrid train` runs in its own process (as on a cluster node, where no warm server answers) on the corpus and vocabulary the
 `corpus` and `vocab` stages write, prepared once beforehand and not timed. Its run writes what a grid cell writes:
-checkpoints, the model, metrics and, for an LSTM, its gate statistics.
+checkpoints, the model and metrics, but no gate statistics (train.gate_stats false: nothing reads them here, and the
+plain script has none).  Each row also prints its valid PPL: both sides train the same model with the same recipe,
+so the two should agree to the noise of the batch layouts (lmgrid's rows hold whole sentences).
 
 `--clock cpu` compares CPU time instead of wall: user + system seconds of each process and of the processes it
 waited for (wait4's rusage), so on a machine other jobs share, at one thread, the figure stands for what an idle
@@ -88,8 +90,11 @@ def prepare(ptb_dir: Path, work: Path, lines: int) -> dict[str, Path]:
 
 
 def lmgrid_cmd(files: dict[str, Path], run: Path, threads: int, precision: str) -> list[str]:
+    # No gate statistics: nothing here reads them, and the plain script has none (the workflow's gated runs keep
+    # them: train.gate_stats).
     hp = {"epochs": 1, "optimizer": "sgd", "lr": 20.0, "clip": 0.25, "dropout": 0.0, "emb_dim": 200,
-          "hidden_dim": 200, "bptt": 35, "stream_batch_size": 20, "precision": precision, "log_every": 0}
+          "hidden_dim": 200, "bptt": 35, "stream_batch_size": 20, "precision": precision, "log_every": 0,
+          "gate_stats": False}
     return [str(Path(sys.executable).with_name("lmgrid")), "train", "--arch", "lstm", "--n-step", "0",
             "--layers", "2", "--regime", "stream", *[a for k in ("train", "valid", "test", "vocab")
                                                       for a in (f"--{k}", str(files[k]))],
@@ -165,12 +170,13 @@ def main(argv: list[str]) -> int:
                 cpu = []
                 if prec is None:
                     wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16), work, cpu=cpu)
-                    tps = json.loads(out.strip().splitlines()[-1])["train_tokens_per_s"]
+                    figures = json.loads(out.strip().splitlines()[-1])
+                    tps, valid_ppl = figures["train_tokens_per_s"], figures["valid_ppl"]
                 else:
                     run = work / f"lmgrid-{pair}-{prec}"
                     wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work, env=env, cpu=cpu)
                     record = RunRecord.read(run / "run" / RECORD_FILE)
-                    tps = record.get("train_tokens_per_s")
+                    tps, valid_ppl = record.get("train_tokens_per_s"), record.valid.ppl
                     if env is not None:  # the forked child's own figures: the client only waited for it
                         if server.poll() is not None:
                             raise SystemExit(f"vs-plain: the warm server exited ({server.returncode}); "
@@ -181,7 +187,7 @@ def main(argv: list[str]) -> int:
                 time_s = wall if a.clock == "wall" else cpu[0]
                 rows.setdefault(name, []).append((time_s, tps, rss))
                 print(f"pair {pair + 1}: {name:23s} wall {wall:6.1f} s, CPU {cpu[0]:6.1f} s, train {tps:7.0f} "
-                      f"tokens/s, peak RSS {rss:5.0f} MiB", flush=True)
+                      f"tokens/s, peak RSS {rss:5.0f} MiB, valid PPL {valid_ppl:6.1f}", flush=True)
     finally:
         if server is not None:
             server.terminate()

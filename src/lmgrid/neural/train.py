@@ -349,8 +349,9 @@ def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
     best_row = (rows[-1] if budget else min(rows, key=lambda r: r["valid_loss"])) if rows else None
     # The window regime's padding-free rows need each test target's words before it, read in corpus order.
-    preceding = gates_mod.preceding_words(data.sentences["test"]) if spec.regime == "window" else None
-    gate_stats = (gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if is_gated(spec.arch)
+    preceding = (gates_mod.preceding_words(data.sentences["test"]) if spec.regime == "window" and gathers_gates(spec)
+                 else None)
+    gate_stats = (gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if gathers_gates(spec)
                   else None)
     ev = Evaluation(model, device, {}, best_row, gate_stats, 0.0, 0)
     for split in ("valid", "test"):
@@ -371,6 +372,13 @@ def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
             raise LmgridError(f"{split} perplexity of {spec.key.name}: {e}; lower the learning rate") from None
         ev.scores[split] = SplitScore(ppl=ppl, nll_nats=nll, tokens=n, oov_tokens=data.oov_tokens(split))
     return ev
+
+
+def gathers_gates(spec: RunSpec) -> bool:
+    """Whether the run gathers gate statistics and writes gates.csv: a gated architecture with train.gate_stats on
+    (the default, which the workflow's gated runs need).  Off, test is scored by the model's plain forward,
+    without the per-layer passes, gate recomputation and float64 sums that the statistics take."""
+    return is_gated(spec.arch) and spec.hparams["gate_stats"]
 
 
 def _record_extra(job: Job, ev: Evaluation) -> dict:

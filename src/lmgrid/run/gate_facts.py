@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from lmgrid.common import plugins
+from lmgrid.common.errors import LmgridError
 
 GATED_ARCHS = ("lstm", "gru")  # the built-in architectures whose gates are measured (gates.csv)
 TANH_GATES = ("g",)
@@ -27,3 +28,11 @@ def gated_archs() -> tuple[str, ...]:
 
 def is_gated(arch: str) -> bool:
     return arch in gated_archs()
+
+
+def check_workflow_gates(arch: str, hparams: dict) -> None:
+    """The workflow's gated runs write gates.csv (rule train_gated) for the gate studies: train.gate_stats false,
+    meant for runs by hand that read no gates, is refused there with one line."""
+    if is_gated(arch) and not hparams["gate_stats"]:
+        raise LmgridError(f"train.gate_stats: false for {arch}, but the workflow's {arch} runs write gates.csv for the "
+                          "gate analysis; leave it at true in config.yaml (false is for `lmgrid train` by hand)")
