@@ -92,6 +92,8 @@ print(json.dumps({"by_lmgrid": seen, "loaded": sorted(m for m in heavy if m in s
 
 
 def import_report(tmp_path: Path, *extra_modules: str) -> dict:
+    """The probe's findings over one `lmgrid train --fast` in a fresh interpreter whose path starts at tmp_path (where
+    a negative control's module goes), after importing `extra_modules`."""
     corpus = tiny_corpus(tmp_path)
     args = ["train", "--arch", "lstm", "--n-step", "0", "--regime", "stream", "--fast", "--threads", "1",
             *[a for s in ("train", "valid", "test") for a in (f"--{s}", corpus["paths"][s])],
@@ -113,7 +115,40 @@ def test_lmgrid_train_imports_no_heavy_library_of_its_own(tmp_path):
     assert report["by_lmgrid"] == [], report
     assert not set(NEVER_LOADED) & set(report["loaded"]), report
 
-    (tmp_path / "lmgrid_negative_control.py").write_text("import matplotlib.pyplot\nimport pandas\n")
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / "lmgrid_negative_control.py").write_text("import matplotlib.pyplot\nimport pandas\n")
     caught = import_report(tmp_path / "control", "lmgrid_negative_control")
     assert ["lmgrid_negative_control", "matplotlib.pyplot"] in caught["by_lmgrid"], caught
     assert "pandas" in caught["loaded"], caught
+
+
+def recurrence_problems(rnn, width: int) -> list[str]:
+    """Where an nn.LSTM's initial recurrence departs from lmgrid's recipe (lmgrid.models.common.init_recurrence)."""
+    import torch
+
+    problems = []
+    for name, p in rnn.named_parameters():
+        if name.startswith("weight_hh"):
+            for k, block in enumerate(p.detach().split(width, 0)):
+                if not torch.allclose(block @ block.T, torch.eye(width), atol=1e-4):
+                    problems.append(f"{name} block {k} is not orthogonal")
+        elif name.startswith("bias"):
+            want = torch.zeros_like(p)
+            if name.startswith("bias_ih"):
+                want[width:2 * width] = 1.0
+            if not torch.equal(p.detach(), want):
+                problems.append(f"{name} is not lmgrid's (0, forget gate 1)")
+    return problems
+
+
+def test_the_plain_script_initialises_the_recurrence_as_lmgrid_does():
+    """vs-plain's two sides are one model with one recipe: the plain script's LSTM starts as lmgrid's (orthogonal
+    recurrence, forget-gate bias 1).  Kills: the plain script on nn.LSTM's default init (the recipe difference that
+    parted their valid PPLs); negative control: a default nn.LSTM of the same shape shows it."""
+    import torch
+
+    from lmgrid.bench.plain_lstm import LSTMLM
+
+    torch.manual_seed(0)
+    assert recurrence_problems(LSTMLM(50, 8, 2).rnn, 8) == []
+    assert len(recurrence_problems(torch.nn.LSTM(8, 8, 2, batch_first=True), 8)) == 2 * 4 + 2 * 2

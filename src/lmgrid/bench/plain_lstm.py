@@ -41,6 +41,27 @@ class LSTMLM(nn.Module):
         nn.init.uniform_(self.emb.weight, -0.1, 0.1)
         nn.init.uniform_(self.out.weight, -0.1, 0.1)
         nn.init.zeros_(self.out.bias)
+        init_recurrence(self.rnn, width)
+
+
+@torch.no_grad()
+def init_recurrence(rnn: nn.LSTM, width: int) -> None:
+    """lmgrid's recipe for the recurrence (README, Depth; lmgrid.models.common.init_recurrence), written here so
+    that the two sides train the same model: each gate's block of weight_hh orthogonal, weight_ih uniform in
+    +-1/sqrt(width) (nn.LSTM's own), biases 0 but the forget gate's, whose b_ih + b_hh is 1.  nn.LSTM's default
+    (every weight and bias uniform in +-1/sqrt(width)) would make the two sides two recipes, not one model, and
+    their valid PPLs (which vs-plain prints) differ by more than the batch layouts explain."""
+    bound = 1.0 / math.sqrt(width)
+    for name, p in rnn.named_parameters():
+        if name.startswith("weight_hh"):
+            for block in p.split(width, 0):
+                nn.init.orthogonal_(block)
+        elif name.startswith("weight_ih"):
+            nn.init.uniform_(p, -bound, bound)
+        else:
+            p.zero_()
+            if name.startswith("bias_ih"):
+                p[width:2 * width] = 1.0  # nn.LSTM's gate order i, f, g, o: rows width..2*width are f's
 
     def forward(self, x, state):
         h, state = self.rnn(self.emb(x), state)
