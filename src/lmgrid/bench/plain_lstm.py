@@ -43,14 +43,17 @@ class LSTMLM(nn.Module):
         nn.init.zeros_(self.out.bias)
         init_recurrence(self.rnn, width)
 
+    def forward(self, x, state):
+        h, state = self.rnn(self.emb(x), state)
+        return self.out(h), state
+
 
 @torch.no_grad()
 def init_recurrence(rnn: nn.LSTM, width: int) -> None:
     """lmgrid's recipe for the recurrence (README, Depth; lmgrid.models.common.init_recurrence), written here so
     that the two sides train the same model: each gate's block of weight_hh orthogonal, weight_ih uniform in
     +-1/sqrt(width) (nn.LSTM's own), biases 0 but the forget gate's, whose b_ih + b_hh is 1.  nn.LSTM's default
-    (every weight and bias uniform in +-1/sqrt(width)) would make the two sides two recipes, not one model, and
-    their valid PPLs (which vs-plain prints) differ by more than the batch layouts explain."""
+    (every weight and bias uniform in +-1/sqrt(width)) would make the two sides two recipes, not one model."""
     bound = 1.0 / math.sqrt(width)
     for name, p in rnn.named_parameters():
         if name.startswith("weight_hh"):
@@ -62,10 +65,6 @@ def init_recurrence(rnn: nn.LSTM, width: int) -> None:
             p.zero_()
             if name.startswith("bias_ih"):
                 p[width:2 * width] = 1.0  # nn.LSTM's gate order i, f, g, o: rows width..2*width are f's
-
-    def forward(self, x, state):
-        h, state = self.rnn(self.emb(x), state)
-        return self.out(h), state
 
 
 def run_epoch(model, data, bptt, autocast, opt=None, clip=0.25) -> tuple[float, int]:
