@@ -38,14 +38,17 @@ class LSTMLayer(torch.autograd.Function):
         acts = x_proj.new_empty(T, B, G)  # i, f, g, o after their non-linearities
         hs, cs, tanh_cs = x_proj.new_empty(T + 1, B, H), x_proj.new_empty(T + 1, B, H), x_proj.new_empty(T, B, H)
         hs[0], cs[0] = h0, c0
+        # Every step's views made before the loop (one unbind each), so that a step indexes Python lists.
+        x_t, a_t, h_t, c_t, tc_t = xp.unbind(0), acts.unbind(0), hs.unbind(0), cs.unbind(0), tanh_cs.unbind(0)
+        if_t, i_t, f_t, g_t, o_t = (acts[..., j * H:k * H].unbind(0) for j, k in ((0, 2), (0, 1), (1, 2), (2, 3),
+                                                                                 (3, 4)))
         for t in range(T):
-            a = torch.addmm(xp[t], hs[t], w_t, out=acts[t])
-            ifo_if, g, o = a[:, :2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
-            ifo_if.sigmoid_()
-            g.tanh_()
-            o.sigmoid_()
-            c = torch.mul(a[:, H:2 * H], cs[t], out=cs[t + 1]).addcmul_(a[:, :H], g)  # f * c + i * g
-            torch.mul(o, torch.tanh(c, out=tanh_cs[t]), out=hs[t + 1])  # o * tanh(c')
+            torch.addmm(x_t[t], h_t[t], w_t, out=a_t[t])
+            if_t[t].sigmoid_()
+            g_t[t].tanh_()
+            o_t[t].sigmoid_()
+            torch.mul(f_t[t], c_t[t], out=c_t[t + 1]).addcmul_(i_t[t], g_t[t])  # f * c + i * g
+            torch.mul(o_t[t], torch.tanh(c_t[t + 1], out=tc_t[t]), out=h_t[t + 1])  # o * tanh(c')
         ctx.save_for_backward(w_hh, acts, hs, cs, tanh_cs)
         return hs[1:].transpose(0, 1).contiguous(), hs[T].clone(), cs[T].clone()
 
@@ -61,17 +64,19 @@ class LSTMLayer(torch.autograd.Function):
         dc_by_dh = o * (1 - tanh_cs * tanh_cs)
         dz = acts.new_empty(T, B, G)
         dz4 = dz.view(T, B, 4, H)
-        d_out = d_out.transpose(0, 1)
+        d_out = d_out.transpose(0, 1).unbind(0)
+        dz_t, dz_ifg, dz_o = dz.unbind(0), dz4[:, :, :3].unbind(0), dz4[:, :, 3].unbind(0)
+        by_dc, o_by_dh, dc_by_dh, f = by_dc.unbind(0), o_by_dh.unbind(0), dc_by_dh.unbind(0), f.unbind(0)
         dh, dc = d_hT + d_out[T - 1], d_cT.clone()
         for t in range(T - 1, -1, -1):
             if t < T - 1:
                 dh = dh.add_(d_out[t])
             dc.addcmul_(dh, dc_by_dh[t])
-            torch.mul(dc.unsqueeze(1), by_dc[t], out=dz4[t, :, :3])
-            torch.mul(dh, o_by_dh[t], out=dz4[t, :, 3])
+            torch.mul(dc.unsqueeze(1), by_dc[t], out=dz_ifg[t])
+            torch.mul(dh, o_by_dh[t], out=dz_o[t])
             dc.mul_(f[t])
             if t > 0 or ctx.needs_input_grad[1]:
-                dh = torch.mm(dz[t], w_hh)
+                dh = torch.mm(dz_t[t], w_hh)
         flat = dz.view(T * B, G)
         d_w = flat.t().mm(previous(hs).reshape(T * B, H)) if ctx.needs_input_grad[3] else None
         return dz.transpose(0, 1), dh if ctx.needs_input_grad[1] else None, dc, d_w
@@ -91,11 +96,15 @@ class GRULayer(torch.autograd.Function):
         rz, n = x_proj.new_empty(T, B, 2 * H), x_proj.new_empty(T, B, H)
         hs = x_proj.new_empty(T + 1, B, H)
         hs[0] = h0
+        # Every step's views made before the loop (one unbind each), so that a step indexes Python lists.
+        xrz_t, xn_t = xp[..., :2 * H].unbind(0), xp[..., 2 * H:].unbind(0)
+        p_t, prz_t, pn_t = hp.unbind(0), hp[..., :2 * H].unbind(0), hp[..., 2 * H:].unbind(0)
+        rz_t, r_t, z_t, n_t, h_t = rz.unbind(0), rz[..., :H].unbind(0), rz[..., H:].unbind(0), n.unbind(0), hs.unbind(0)
         for t in range(T):
-            p = torch.addmm(b_hh, hs[t], w_t, out=hp[t])
-            r_z = torch.add(xp[t, :, :2 * H], p[:, :2 * H], out=rz[t]).sigmoid_()
-            torch.addcmul(xp[t, :, 2 * H:], r_z[:, :H], p[:, 2 * H:], out=n[t]).tanh_()
-            torch.lerp(n[t], hs[t], r_z[:, H:], out=hs[t + 1])  # n + z * (h - n)
+            torch.addmm(b_hh, h_t[t], w_t, out=p_t[t])
+            torch.add(xrz_t[t], prz_t[t], out=rz_t[t]).sigmoid_()
+            torch.addcmul(xn_t[t], r_t[t], pn_t[t], out=n_t[t]).tanh_()
+            torch.lerp(n_t[t], h_t[t], z_t[t], out=h_t[t + 1])  # n + z * (h - n)
         ctx.save_for_backward(w_hh, hp, rz, n, hs)
         return hs[1:].transpose(0, 1).contiguous(), hs[T].clone()
 
@@ -112,15 +121,18 @@ class GRULayer(torch.autograd.Function):
         zrn = [w_hh[H:2 * H], w_hh[:H], w_hh[2 * H:]]
         w_zrn = torch.cat(zrn)
         d = hp.new_empty(T, B, 4, H)
-        d_out = d_out.transpose(0, 1)
+        d_out = d_out.transpose(0, 1).unbind(0)
+        d_nz, d_an, d_rn, d_zrn = d[:, :, :2].unbind(0), d[:, :, :1].unbind(0), d[:, :, 2:].unbind(0), \
+            d[:, :, 1:].view(T, B, G).unbind(0)  # views: the loop writes through them
+        by_dh, by_dan, z = by_dh.unbind(0), by_dan.unbind(0), z.unbind(0)
         dh = d_hT + d_out[T - 1]
         for t in range(T - 1, -1, -1):
             if t < T - 1:
                 dh = dh.add_(d_out[t])
-            torch.mul(dh.unsqueeze(1), by_dh[t], out=d[t, :, :2])
-            torch.mul(d[t, :, :1], by_dan[t], out=d[t, :, 2:])
+            torch.mul(dh.unsqueeze(1), by_dh[t], out=d_nz[t])
+            torch.mul(d_an[t], by_dan[t], out=d_rn[t])
             if t > 0 or ctx.needs_input_grad[1]:
-                dh = torch.addmm(dh.mul_(z[t]), d[t, :, 1:].reshape(B, G), w_zrn)
+                dh = torch.addmm(dh.mul_(z[t]), d_zrn[t], w_zrn)
         d_hidden = d[:, :, 1:].reshape(T * B, G)  # (z, r, n) order
         d_w = d_b = None
         if ctx.needs_input_grad[2]:
