@@ -16,7 +16,9 @@ Conventions (what the numbers mean):
   window regime it runs its n_step-1 steps from a zero state for every target (as lmgrid.neural.module does).  The
   Transformer in the stream regime runs its blocks over the context_len tokens before the chunk as well as the
   chunk's bptt tokens (models/transformer.py) and predicts the chunk's tokens only, so a chunk's block products are
-  shared by bptt targets; a row's first chunk has no earlier tokens, the count is that of every later chunk.
+  shared by bptt targets; its last block computes keys and values at every position but its queries, output
+  projection and MLP at the predicted positions alone (a window: its last position); a row's first chunk has no
+  earlier tokens, the count is that of every later chunk.
   Causal attention counts the keys each query may see (position p of L sees p + 1 of them: what the CPU's flash
   kernel computes); `dense_attention=True` counts all L x L scores, as the math kernel computes (and masks) them.
 * All implementations of one architecture compute the same products: the LSTM's `cell` (W_ih x and W_hh h apart),

@@ -42,7 +42,10 @@ GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
 
 # The cells below run one small step at a time ([B, 4H] with B = 20, H = 200 on PTB), where the cost of a step is
 # the number of operations PyTorch dispatches (and autograd records), not their arithmetic: each step is written
-# with as few as the equations allow (addmm with the biases folded in beforehand, addcmul).
+# with as few as the equations allow (addmm with the biases folded in beforehand, addcmul).  These step functions
+# serve the gates, torch.compile and the reference of tests/test_models_bptt.py; otherwise a whole layer runs as
+# one autograd node with its backward written out (models/bptt.py): 1.3-1.6x the training tokens per CPU-second
+# (issue 46, `python -m lmgrid.bench archs --threads 1 --clock cpu`, paired before/after runs).
 
 def _gate_math(z: torch.Tensor, c: torch.Tensor):
     i, f, g, o = z.chunk(4, 1)

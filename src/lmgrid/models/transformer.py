@@ -9,7 +9,9 @@ boundary (as in Transformer-XL's segment recurrence, with tokens recomputed rath
 The chunk always starts at position context_len, whether or not a previous chunk precedes it (a row's first chunk
 has none), and positions count forward from there, so neither a row's start nor tail padding moves a token's
 position: the stream PPL does not depend on how a split is cut into rows.  The window regime (context_len 0)
-passes no state: a window is the whole context.
+passes no state: a window is the whole context.  Only the last block is cut to the predicted positions (the
+chunk's, or with last_only the last one): it needs keys and values at every position, but its queries, output
+projection and MLP there alone; every earlier block runs on every position, which later blocks attend to.
 """
 from __future__ import annotations
 
