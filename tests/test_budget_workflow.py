@@ -76,7 +76,7 @@ def test_budget_and_width_scales_give_one_row_per_architecture_budget_and_width_
 
 @pytest.mark.slow  # the Penn Treebank, 60 runs of a batch or two (tests/tiers.py)
 @pytest.mark.skipif(os.environ.get("LMGRID_BUDGET_SMOKE") != "1",
-                    reason="60 PTB runs, about 20 minutes on 2 cores: over .ci/run's budget; LMGRID_BUDGET_SMOKE=1 runs it")
+                    reason="60 PTB runs, 589 s once on a loaded 2-core AVX-512 machine (2026-11-27): over .ci/run's budget; LMGRID_BUDGET_SMOKE=1 runs it")
 def test_the_ptb_smoke_form_chooses_one_width_per_budget_and_architecture(tmp_path, repo, ptb_dir, monkeypatch):
     """presets/ptb_budget.yaml with its smoke form presets/smoke-budget.yaml, as `make run` runs it (every scale,
     then the config): compute.csv has every architecture at every budget (b1x, b3x, b9x) and width (100, 200) over
