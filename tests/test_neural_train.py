@@ -61,8 +61,10 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     on_disk = json.loads((run_dir / "metrics.json").read_text())
     assert on_disk == json.loads(json.dumps(metrics))
     for key in ("name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "train_tokens_per_s",
-                "epochs", "stopped_because", "wall_s", "device", "torch_version", "lightning_version"):
+                "epochs", "stopped_because", "wall_s", "cpu_s", "max_rss_mib", "attempts", "device", "torch_version",
+                "lightning_version"):
         assert key in metrics, key
+    assert metrics["attempts"] == 1  # never interrupted: one process trained it
     test_sents = load_split(corpus["paths"]["test"])
     assert metrics["test"]["tokens"] == counted_tokens(test_sents)
     assert metrics["epochs"] == 2 and metrics["stopped_because"] == "budget"  # the 2-epoch cap came first

@@ -14,8 +14,9 @@ results/<corpus>/budget/:
   (analysis.effects.t_interval, df = seeds - 1), valid PPL mean, the training CPU-minutes (metrics.json cpu_s: the
   training process's own CPU, user + system, from getrusage(RUSAGE_SELF) in that process; a job forked from the
   warm server is its own process and its counters start at zero at the fork, so it is the job's own CPU, never the
-  server's) and the training FLOPs it spent (the budget schedule's tokens x the model's FLOPs per training token);
-  the n-gram rows below, each with its own (estimation) CPU time;
+  server's; a resumed run's earlier attempts count too, each up to the checkpoint resumed from,
+  lmgrid.neural.callbacks.AttemptUsage) and the training FLOPs it spent (the budget schedule's tokens x the model's
+  FLOPs per training token); the n-gram rows below, each with its own (estimation) CPU time;
 * ppl_vs_compute.{pdf,png}: one line per architecture through its chosen widths (each point labelled with its
   width), the t interval as error bars, on a CPU-minutes axis (a) and on the machine-independent FLOP axis (b), both
   log; the n-grams as horizontal lines;

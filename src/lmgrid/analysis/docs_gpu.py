@@ -13,11 +13,9 @@ import datetime as dt
 import shutil
 from pathlib import Path
 
-import pandas as pd
-
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json, write_json
-from lmgrid.common.units import duration_text
+from lmgrid.common.units import duration_text, markdown_table
 
 FILES = ("gpu-check.json", "gpu-check.log", "pytest.xml")
 REPORT = "gpu-check.json"
@@ -71,10 +69,6 @@ def _report(snap: Path) -> dict:
     return read_json(path)
 
 
-def _markdown(rows: list[dict]) -> str:
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
-
-
 def gpu_steps(snap: Path, _arg: str = "") -> str:
     """The verdict line and each step's outcome and seconds."""
     r = _report(snap)
@@ -86,7 +80,7 @@ def gpu_steps(snap: Path, _arg: str = "") -> str:
                f"**{len(failed)} step(s) failed** ({', '.join(failed)}) in {duration_text(r['wall_s'])}")
     tests = (f"; the GPU-path tests: {t['passed']} passed, {t['skipped']} skipped, {t['failures']} failed, "
              f"{t['errors']} errors" if t else "")
-    return f"{verdict}{tests}.\n\n{_markdown(rows)}"
+    return f"{verdict}{tests}.\n\n{markdown_table(rows)}"
 
 
 def gpu_medium(snap: Path, _arg: str = "") -> str:
@@ -96,7 +90,7 @@ def gpu_medium(snap: Path, _arg: str = "") -> str:
              "eval tokens/s": f"{m['eval_tokens_per_s']:,}", "peak GPU MiB": f"{m['peak_mib']:,}",
              "valid PPL": f"{m['valid_ppl']:.2f}", "wall": duration_text(m["wall_s"]),
              "parameters": f"{m['params']:,}"} for p, m in r.get("medium", {}).items()]
-    return _markdown(rows) if rows else "No medium-cell run in this check."
+    return markdown_table(rows) if rows else "No medium-cell run in this check."
 
 
 def gpu_archs(snap: Path, _arg: str = "") -> str:
@@ -104,7 +98,7 @@ def gpu_archs(snap: Path, _arg: str = "") -> str:
     rows = [{"arch": a["arch"], "impl": a["impl"], "output layer": a["output_layer"], "precision": a["precision"],
              "train tokens/s": f"{a['train_tokens_per_s']:,}", "eval tokens/s": f"{a['eval_tokens_per_s']:,}",
              "peak GPU MiB": f"{a['peak_mib']:,}"} for a in _report(snap).get("archs", [])]
-    return _markdown(rows) if rows else "No arch runs in this check."
+    return markdown_table(rows) if rows else "No arch runs in this check."
 
 
 def gpu_resume(snap: Path, _arg: str = "") -> str:

@@ -15,7 +15,8 @@ epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
   so a run stopped at a session's end and resumed in the next does not count the hours between; `span_s`: from the
   first job's start to the last job's end, pauses included; `resumptions`: the gaps longer than RESUME_GAP_S with no
   job running (a stop and a resume, most likely); `job_wall_s`: the jobs' wall times summed;
-* `train_cpu_s`: the training runs' own process CPU time (metrics.json `cpu_s`) summed; `jobs_cpu_s`: the other
+* `train_cpu_s`: the training runs' own process CPU time (metrics.json `cpu_s`, a resumed run's attempts included)
+  summed; `jobs_cpu_s`: the other
   jobs' CPU time from their benchmark files (a training job's benchmark measures only the client that handed it to
   the warm server, lmgrid.orchestration.warm, so its CPU is taken from metrics.json instead);
 * `report_wall_s`: the HTML report's wall time (results/benchmarks/report.tsv, `make run`'s last step), when it

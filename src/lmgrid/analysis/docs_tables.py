@@ -14,7 +14,7 @@ import pandas as pd
 from lmgrid.analysis import docs_gpu
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
-from lmgrid.common.units import duration_text
+from lmgrid.common.units import duration_text, markdown_table
 
 
 def _read(snap: Path, name: str) -> pd.DataFrame:
@@ -36,10 +36,6 @@ def _text(v) -> str:
     return "" if _blank(v) else str(v)
 
 
-def _markdown(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, disable_numparse=True)
-
-
 duration = duration_text  # lmgrid.common.units: the spelling `lmgrid status` uses too
 
 
@@ -47,7 +43,7 @@ def headline(snap: Path, _arg: str = "") -> str:
     """Each model's best cell, chosen on valid, with that cell's test PPL (lmgrid.analysis.summary.headline)."""
     from lmgrid.analysis.summary import headline as best_cells
 
-    return _markdown(best_cells(_read(snap, "summary.csv")))
+    return markdown_table(best_cells(_read(snap, "summary.csv")))
 
 
 def reference(snap: Path, _arg: str = "") -> str:
@@ -67,7 +63,7 @@ def reference(snap: Path, _arg: str = "") -> str:
         "our parameters": t["params"].map(lambda v: _num(v, ",.0f"))})
     if "published_params" in t:
         show["published parameters"] = t["published_params"].map(lambda v: _num(v, ",.0f") or "not stated")
-    return _markdown(show)
+    return markdown_table(show)
 
 
 def _mean_std(mean, std) -> str:
@@ -94,13 +90,13 @@ def combinations(snap: Path, _arg: str = "") -> str:
     show["valid PPL (in-sample: fitted on valid)"] = t["valid_ppl_in_sample" if over_seeds else "valid_ppl"].map(_num)
     show["best single model (chosen on valid)"] = t["best_component"].map(_text)
     show["its test PPL"] = t["best_component_test_ppl"].map(_num)
-    return _markdown(show)
+    return markdown_table(show)
 
 
 def comparisons(snap: Path, _arg: str = "") -> str:
     """combine/comparisons.csv: the paired bootstrap over test sentences, one combination against another."""
     t = _read(snap, "combine/comparisons.csv")
-    return _markdown(pd.DataFrame({
+    return markdown_table(pd.DataFrame({
         "combination": t["combination"], "against": t["compare_with"], "seed": t["seed"].map(_text),
         "test PPL": t["test_ppl"].map(_num), "its test PPL": t["compare_with_test_ppl"].map(_num),
         "difference": t["difference"].map(lambda v: _num(v, "+.2f")),
@@ -116,7 +112,7 @@ def study(snap: Path, name: str) -> str:
     for col in t.columns:
         if t[col].dtype.kind == "f":
             t[col] = t[col].map(_num)
-    return _markdown(t.fillna(""))
+    return markdown_table(t.fillna(""))
 
 
 def timing(snap: Path, _arg: str = "") -> str:
@@ -182,7 +178,7 @@ def budget(snap: Path, _arg: str = "") -> str:
     refs = t[t["kind"] == "ngram"]
     ref_line = "; ".join(f"{r.display} {_num(r.test_ppl_mean)} ({_num(r.cpu_min_mean)} CPU-min)"
                          for r in refs.itertuples())
-    parts = [_markdown(show)]
+    parts = [markdown_table(show)]
     if ref_line:
         parts.append(f"References (test PPL): {ref_line}.")
     parts.append("Separated by their intervals, per budget:\n\n" + "\n".join(separations(picked)))

@@ -11,6 +11,9 @@ server (getrusage(RUSAGE_SELF)):
 * `max_rss_mib`: the peak resident set of this process in MiB (Linux reports KiB).  A forked child's peak counts
   the pages it shares with the server (torch and Lightning, resident in the child too), so it is what the same job
   peaks at in a process of its own, to within what the server imported beyond the job's needs.
+
+A resumed training run is several processes: its checkpoint carries the earlier attempts' figures (up to that
+checkpoint), and metrics.json reports the sums and the highest peak (lmgrid.neural.callbacks.AttemptUsage).
 """
 from __future__ import annotations
 

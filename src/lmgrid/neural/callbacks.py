@@ -1,4 +1,5 @@
-"""Callbacks: the per-epoch CSV log (the run's source of truth) and a progress display for log files."""
+"""Callbacks: the per-epoch CSV log (the run's source of truth), a progress display for log files, and the
+training time of a run's earlier attempts carried across a resume."""
 from __future__ import annotations
 
 import csv
@@ -10,6 +11,7 @@ import time
 import pytorch_lightning as pl
 
 from lmgrid.common.fileio import atomic_write
+from lmgrid.common.resources import own_usage
 
 LOG_COLUMNS = ["epoch", "step", "train_loss", "train_ppl", "valid_loss", "valid_ppl", "lr", "wall_s"]
 
@@ -142,3 +144,34 @@ class Progress(pl.Callback):
         print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}: train ppl {_ppl(pl_module.train_loss):.3f}, "
               f"valid ppl {_ppl(pl_module.valid_loss):.3f}, lr {trained_lr:.3g}, {time.time() - self._t:.1f} s{then}",
               flush=True)
+
+
+class AttemptUsage(pl.Callback):
+    """A run's training time over its attempts: the CPU seconds, wall seconds and peak RSS of the processes that
+    trained it, and how many there were (metrics.json cpu_s, wall_s, max_rss_mib, attempts).
+
+    A process measures only itself (lmgrid.common.resources), so a run killed and resumed would report its last
+    attempt alone (a PTB GRU run resumed near its end: 170 s of CPU against about 1,900 s uninterrupted).  Each
+    checkpoint therefore stores the totals at its save: the earlier attempts' (loaded from the checkpoint this
+    process resumed from) plus this process's CPU and wall seconds so far (wall from `started_at`, when this
+    attempt's run() began).  An earlier attempt counts up to the checkpoint that was resumed from; what it did after
+    that checkpoint (the epoch it was killed in) is lost work, done again by the next attempt, and not counted.
+    A checkpoint written before this callback existed carries nothing: its earlier attempts count zero."""
+
+    def __init__(self, started_at: float):
+        self.started_at = started_at
+        self.earlier = {"attempts": 0, "cpu_s": 0.0, "wall_s": 0.0, "max_rss_mib": 0.0}
+
+    def totals(self, now: float) -> dict:
+        """The earlier attempts' usage plus this process's, up to `now` (time.time())."""
+        own = own_usage()
+        return {"attempts": self.earlier["attempts"] + 1,
+                "cpu_s": round(self.earlier["cpu_s"] + own["cpu_s"], 3),
+                "wall_s": round(self.earlier["wall_s"] + now - self.started_at, 3),
+                "max_rss_mib": max(self.earlier["max_rss_mib"], own["max_rss_mib"])}
+
+    def state_dict(self):  # Lightning calls it as it saves each checkpoint: the totals at that save
+        return self.totals(time.time())
+
+    def load_state_dict(self, state):
+        self.earlier = {**self.earlier, **state}

@@ -39,7 +39,6 @@ from lmgrid.common.fileio import atomic_write
 from lmgrid.run.gate_facts import is_gated
 from lmgrid.models import IMPLS
 from lmgrid.data.ppl import BOS, perplexity
-from lmgrid.common.resources import own_usage
 from lmgrid.run.record import RECORD_FILE, RunRecord, SplitScore
 from lmgrid.neural.compute_budget import flops_budget
 from lmgrid.run.spec import RunSpec, parse_placement  # noqa: F401 - parse_placement re-exported
@@ -48,7 +47,7 @@ from lmgrid.data.vocab import Vocab
 
 from lmgrid.neural import gates as gates_mod
 from lmgrid.neural.averaging import WeightAverage
-from lmgrid.neural.callbacks import EpochLog, Progress
+from lmgrid.neural.callbacks import AttemptUsage, EpochLog, Progress
 from lmgrid.neural.datamodule import LMData
 from lmgrid.neural.module import LMModule, evaluate
 from lmgrid.neural.precision import autocast, fp32_settings, full_fp32, resolve_precision
@@ -185,7 +184,7 @@ def run(spec: RunSpec, threads: int = 0) -> dict:
     with full_fp32():
         t0 = time.time()
         job = build(spec, threads)
-        trainer, ckpt = fit(job)
+        trainer, ckpt = fit(job, t0)
         if trainer.global_rank != 0:
             return {}  # process 0 evaluates and writes the run folder
         result = evaluate_run(job, ckpt)
@@ -211,6 +210,7 @@ class Job:
     params: int
     n_train: int
     epoch_log: EpochLog | None = None
+    usage: AttemptUsage | None = None  # this and the earlier attempts' CPU and wall seconds (callbacks.AttemptUsage)
     compute: dict | None = None  # train.budget_flops > 0: {budget_flops, train_flops_per_token, budget_tokens}
 
 
@@ -290,13 +290,15 @@ def _trainer(job: Job, callbacks: list) -> pl.Trainer:
         default_root_dir=str(job.ckpt_dir))
 
 
-def fit(job: Job) -> tuple[pl.Trainer, ModelCheckpoint]:
-    """Train (resuming where build found a checkpoint), with the process's determinism state restored after."""
+def fit(job: Job, started_at: float | None = None) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """Train (resuming where build found a checkpoint), with the process's determinism state restored after.
+    `started_at`: when this attempt began (run()'s start, time.time()), for the wall seconds it carries on."""
     job.epoch_log = EpochLog(job.ckpt_dir / "log.csv", job.n_train)
+    job.usage = AttemptUsage(time.time() if started_at is None else started_at)
     ckpt = ModelCheckpoint(dirpath=job.ckpt_dir, filename="best", monitor="valid_loss", mode="min", save_top_k=1,
                            save_last=True, enable_version_counter=False, auto_insert_metric_name=False)
     progress = Progress(job.hp["log_every"], job.ckpt_dir / "progress.json" if job.main else None)  # lmgrid status
-    callbacks = [job.epoch_log, progress, ckpt]
+    callbacks = [job.epoch_log, progress, job.usage, ckpt]
     if job.hp["average_from_epoch"] > 0:  # validate and keep the mean of the weights from that epoch on
         callbacks.insert(0, WeightAverage(job.hp["average_from_epoch"]))
     # Lightning's start-up banner and hints would bury the progress lines of the job log; the device is in
@@ -425,12 +427,14 @@ def write(job: Job, ev: Evaluation, t0: float) -> dict:
     save_model(run_dir / "model.ckpt", ev.model, job.model_config, job.vocab, spec.cell, job.hp, job.precision,
                plugin=spec.plugin)
     job.epoch_log.write(run_dir / "log.csv")
-    extra["wall_s"] = round(time.time() - t0, 3)
-    # When the work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
-    extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(time.time(), 3)
-    # This process's own CPU time and peak RSS (cpu_s, max_rss_mib), forked from the warm server or not: the job's
-    # Snakemake benchmark measures only the thin client in the first case (lmgrid.common.resources).
-    extra.update(own_usage())
+    now = time.time()
+    # When this attempt's work ran (Unix seconds), for the MLflow run's start and end (lmgrid mlflow-sync).
+    extra["start_unix_s"], extra["end_unix_s"] = round(t0, 3), round(now, 3)
+    # The run's training time and peak RSS (wall_s, cpu_s, max_rss_mib) over its attempts: each process's own,
+    # forked from the warm server or not (the job's Snakemake benchmark measures only the thin client in the first
+    # case, lmgrid.common.resources), a resumed run's earlier attempts up to the checkpoint it resumed from
+    # (callbacks.AttemptUsage); `attempts`: how many processes trained it.
+    extra.update(job.usage.totals(now))
     record = RunRecord(name=spec.key.name, **spec.cell, **ev.scores, params=job.params, extra=extra)
     metrics = record.write(run_dir / RECORD_FILE)
     print(f"{spec.key.name}: valid PPL {metrics['valid']['ppl']:.3f}, test PPL {metrics['test']['ppl']:.3f} "

@@ -10,8 +10,10 @@ LMGRID_WARM_SOCKET.  Each training job is still its own Snakemake job, with its 
 file, checkpoint folder, resume and rerun semantics: its `lmgrid train` process connects to the server and hands
 over its command line, working directory, environment and its stdin/stdout/stderr; the server forks a child that
 runs exactly that command, in that directory, writing to those files, and reports its exit status back, which
-the job exits with.  Killing the job kills the child.  Where no server answers (a cluster node, a plain shell),
-`lmgrid train` runs in its own process as before.
+the job exits with.  Killing the job kills the child.  Where no server is asked for (a cluster node, a plain shell),
+`lmgrid train` runs in its own process as before; where LMGRID_WARM_SOCKET names a socket no server answers on (it
+exited after `idle_s` without a job, logging one line, or was killed), the job says so in one line on stderr,
+naming the socket, and runs in its own process.
 
 A server fault loses nothing and leaves nothing running: a child holds no socket but its job's stdin/stdout/stderr
 (so once the server is gone nothing listens, and the next job's connect fails and it runs in its own process),
@@ -80,11 +82,14 @@ def run_via_server(argv: list[str]) -> int | None:
                   "own process", file=sys.stderr, flush=True)
             return None
         # The server forked the child: from here on the job is its.
-    except OSError:  # no server, or it went away before it started the child: nothing ran, run it here
+    except OSError as e:  # no server, or it went away before it started the child: nothing ran, run it here
         conn.close()
         if connected:
             print("lmgrid: the warm training server went away before it started this job; running it here",
                   file=sys.stderr, flush=True)
+        else:  # the workflow asked for a server that is not there (it exited when idle, or was killed): say so
+            print(f"lmgrid: no warm training server at {path} ({e.strerror or e}); running this job in its own "
+                  "process", file=sys.stderr, flush=True)
         return None
 
     def stop(signum, frame):  # the job is being killed: so is its child
@@ -262,6 +267,9 @@ def serve(path: str, parent_pid: int, idle_s: float = 600.0, run: Callable[[list
                 print(f"lmgrid warm-server: a request failed: {e}", file=sys.stderr, flush=True)
                 _OPEN.discard(conn)
                 conn.close()
+        # One line in the server's log: the jobs that start from now on find no server and run in their own processes.
+        print(f"lmgrid warm-server: no job for {idle_s:g} s; exiting (later jobs run in their own processes)",
+              flush=True)
     finally:
         server.close()
         if os.path.exists(path):

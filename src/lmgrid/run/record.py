@@ -40,8 +40,8 @@ _TYPES: dict[str, str] = {
     # Fields one kind of run adds, checked when present.  Their counts are checked as numbers only: readers sum and
     # print them, so a file is refused for what no reader could use, not for 3.0 where a writer meant 3.
     **{k: _NUMBER for k in ("train_tokens_per_s", "eval_tokens_per_s", "eval_padding_fraction", "train_tokens",
-                            "epochs", "best_epoch", "lr_decays", "wall_s", "cpu_s", "max_rss_mib", "start_unix_s",
-                            "end_unix_s", "order", "budget_tokens_trained", "budget_flops",
+                            "epochs", "best_epoch", "lr_decays", "wall_s", "cpu_s", "max_rss_mib", "attempts",
+                            "start_unix_s", "end_unix_s", "order", "budget_tokens_trained", "budget_flops",
                             "train_flops_per_token", "budget_tokens")},
     **{k: _TEXT for k in ("stopped_because", "device", "precision", "precision_reason", "torch_version",
                           "lightning_version", "method")},
