@@ -15,6 +15,17 @@ REPO = Path(__file__).resolve().parents[1]
 PTB_FILES = ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fresh_inductor_cache(tmp_path_factory):
+    """Every test session compiles into its own TorchInductor cache (subprocesses inherit it). The default cache,
+    /tmp/torchinductor_<user>, is shared by every process of the machine: one killed while writing a kernel left a
+    module there that aborted the interpreter (Fatal Python error) in each later test that compiled the same graph
+    (seen 2026-11-27; a fresh cache passed)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def ptb_dir() -> Path:
     value = os.environ.get("LMGRID_PTB_DIR")

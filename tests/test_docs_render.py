@@ -277,3 +277,26 @@ def test_a_cited_published_figure_or_a_setting_passes_and_an_uncited_one_does_no
     for line, flagged in lines.items():
         doc.write_text(f"# Notes\n\n{line}\n")
         assert bool(check(tmp_path)) == flagged, line
+
+
+def test_a_resumed_run_whose_models_predate_the_carried_cpu_time_says_it_is_a_lower_bound(tmp_path, monkeypatch):
+    """A run resumed once, whose two trained models have cpu_s but no `attempts` (recorded before metrics.json
+    carried a resumed run's earlier attempts over). Kills: rendering their summed CPU time as the whole (the
+    caveat dropped or never counted). In-test control: the same run with `attempts` recorded gets no caveat."""
+    h = 3600.0
+    t0 = 1_800_000_000.0
+    results = tmp_path / "results" / "toy"
+    _benchmarks(results, [("a.tsv", h, t0 + h), ("b.tsv", h, t0 + 10 * h)])
+    snap = tmp_path / "docs" / "results" / "toy"
+
+    def rendered(attempts):
+        runs = pd.DataFrame({c: [None, None] for c in docs_snapshot.RUNS_COLUMNS})
+        runs["cpu_s"], runs["attempts"] = [600.0, 900.0], attempts
+        monkeypatch.setattr(docs_snapshot, "runs_table", lambda _results: runs)
+        docs_snapshot.snapshot(results, snap)
+        return docs_tables.timing(snap)
+
+    old = rendered([None, None])
+    assert "25 min 00 s of CPU time at least (2 of them were recorded before" in old, old
+    carried = rendered([1, 2])
+    assert "25 min 00 s of CPU time, the other jobs" in carried and "at least" not in carried, carried

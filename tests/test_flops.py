@@ -38,9 +38,13 @@ ADAPTIVE = H * (10 + 2) * 2 + FRACS[0] * (H * 2 * 2 + 2 * 20 * 2) + FRACS[1] * (
 
 def transformer_stream(causal=True):
     positions = 2 * T  # the chunk and the bptt tokens before it (context_len = bptt)
-    blocks = L * positions * (3 * H * H + H * H + 4 * H * H + 4 * H * H) * 2
-    pairs = positions * (positions + 1) / 2 if causal else positions ** 2
-    return (blocks + L * 2 * pairs * H * 2) / T
+    # Every block but the last at every position; the last: keys and values at every position, its query,
+    # output projection and MLP at the chunk's T positions only (the ones predicted).
+    blocks = (L - 1) * positions * (3 * H * H + H * H + 4 * H * H + 4 * H * H) * 2 \
+        + positions * 2 * H * H * 2 + T * (H * H + H * H + 4 * H * H + 4 * H * H) * 2
+    pairs = (L - 1) * (positions * (positions + 1) / 2 if causal else positions ** 2)
+    pairs += sum(p + 1 for p in range(T, positions)) if causal else T * positions  # last block, queries T..2T-1
+    return (blocks + 2 * pairs * H * 2) / T
 
 
 HAND = {  # name -> (config, regime, forward FLOPs per token written from the formula)

@@ -16,7 +16,8 @@ epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
   first job's start to the last job's end, pauses included; `resumptions`: the gaps longer than RESUME_GAP_S with no
   job running (a stop and a resume, most likely); `job_wall_s`: the jobs' wall times summed;
 * `train_cpu_s`: the training runs' own process CPU time (metrics.json `cpu_s`, a resumed run's attempts included)
-  summed; `jobs_cpu_s`: the other
+  summed; `train_cpu_last_attempt_only` (a resumed run only): how many of its models were recorded before
+  metrics.json carried earlier attempts over (no `attempts` field), so that each counts its last process only; `jobs_cpu_s`: the other
   jobs' CPU time from their benchmark files (a training job's benchmark measures only the client that handed it to
   the warm server, lmgrid.orchestration.warm, so its CPU is taken from metrics.json instead);
 * `report_wall_s`: the HTML report's wall time (results/benchmarks/report.tsv, `make run`'s last step), when it
@@ -46,7 +47,7 @@ SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/ta
 RUN_FILE = "run.json"
 RUNS_FILE = "runs.csv"
 RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "epochs", "best_epoch",
-                "stopped_because", "wall_s", "cpu_s", "precision", "device"]
+                "stopped_because", "wall_s", "cpu_s", "attempts", "precision", "device"]
 # A snapshot is kept in the repository: refuse one that grew past this (a run folder given by mistake).
 MAX_BYTES = 2 * 2**20
 # A gap this long with no job running counts as a resumption: longer than Snakemake's pause between two jobs of a
@@ -116,6 +117,10 @@ def timing(results: Path, runs: pd.DataFrame) -> dict:
            "wall_s": round(wall_s, 1), "span_s": round(span_s, 1), "resumptions": resumptions,
            "job_wall_s": round(job_wall, 1), "jobs": len(spans),
            "train_cpu_s": round(float(runs["cpu_s"].fillna(0).sum()), 1), "jobs_cpu_s": round(jobs_cpu, 1)}
+    # A run recorded before metrics.json carried a resumed run's earlier attempts (no `attempts`) counts only its
+    # last process; in a resumed run such models make train_cpu_s a lower bound, which the docs then say.
+    if resumptions:
+        out["train_cpu_last_attempt_only"] = int((runs["cpu_s"].notna() & runs["attempts"].isna()).sum())
     # `make run`'s last step, the HTML report, records its wall time beside the corpora (one file for every corpus):
     # it is this run's when it ended after the run's last job.
     report = results.parent / "benchmarks" / "report.tsv"

@@ -132,11 +132,18 @@ def timing(snap: Path, _arg: str = "") -> str:
     else:
         wall = f"**{duration(r['wall_s'])}** of wall time while its jobs ran, in one go ({jobs})"
     return (f"The run took {wall}; its "
-            f"{r['runs']} trained models used {duration(r['train_cpu_s'])} of CPU time, the other jobs "
+            f"{r['runs']} trained models used {duration(r['train_cpu_s'])} of CPU time{_lower_bound(r)}, the other jobs "
             f"{duration(r['jobs_cpu_s'])}, together {share:.0%} of the {cores} cores' time over the run's wall time"
             + (" (so far below 100%: the jobs waited on one another or shared the machine with other work)."
                if share < 0.5 else ".")
             + (f" The HTML report took {duration(r['report_wall_s'])} more." if "report_wall_s" in r else ""))
+
+
+def _lower_bound(r: dict) -> str:
+    """The caveat of a resumed run whose models' CPU time counts only their last attempt (docs_snapshot.timing)."""
+    n = r.get("train_cpu_last_attempt_only", 0)
+    return (f" at least ({n} of them were recorded before lmgrid carried a resumed model's earlier attempts over, "
+            "so each of those counts only its last process)") if n else ""
 
 
 def stops(snap: Path, _arg: str = "") -> str:

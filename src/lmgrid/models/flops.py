@@ -16,7 +16,9 @@ Conventions (what the numbers mean):
   window regime it runs its n_step-1 steps from a zero state for every target (as lmgrid.neural.module does).  The
   Transformer in the stream regime runs its blocks over the context_len tokens before the chunk as well as the
   chunk's bptt tokens (models/transformer.py) and predicts the chunk's tokens only, so a chunk's block products are
-  shared by bptt targets; a row's first chunk has no earlier tokens, the count is that of every later chunk.
+  shared by bptt targets; its last block computes keys and values at every position but its queries, output
+  projection and MLP at the predicted positions alone (a window: its last position); a row's first chunk has no
+  earlier tokens, the count is that of every later chunk.
   Causal attention counts the keys each query may see (position p of L sees p + 1 of them: what the CPU's flash
   kernel computes); `dense_attention=True` counts all L x L scores, as the math kernel computes (and masks) them.
 * All implementations of one architecture compute the same products: the LSTM's `cell` (W_ih x and W_hh h apart),
@@ -115,10 +117,20 @@ def transformer_parts(cfg: ModelConfig, regime: str, bptt: int | None, dense_att
             raise LmgridError(f"transformer flops: the stream regime needs bptt (the chunk length), got {bptt!r}")
         positions, predicted = cfg.context_len + bptt, bptt
     # Per block and position: qkv (d -> 3d), the attention's output projection (d -> d), the MLP (d -> 4d -> d).
-    blocks = cfg.layers * positions * 2 * d * (3 * d + d + 4 * d + 4 * d)
-    # Scores q.k and the mix of values, each d multiply-adds per (query, key) pair summed over the heads.
-    pairs = positions * positions if dense_attention else positions * (positions + 1) // 2
-    attention = cfg.layers * 2 * (2 * d * pairs)
+    # The last block computes keys and values at every position, its query, projection and MLP at the predicted
+    # ones only (models/transformer.py).
+    per_position = 2 * d * (3 * d + d + 4 * d + 4 * d)
+    blocks = (cfg.layers - 1) * positions * per_position + positions * 2 * d * 2 * d \
+        + predicted * 2 * d * (d + d + 4 * d + 4 * d)
+    # Scores q.k and the mix of values, each d multiply-adds per (query, key) pair summed over the heads; the last
+    # block's queries are the last `predicted` positions, the one at position p seeing p + 1 keys.
+    first = positions - predicted
+    if dense_attention:
+        pairs = (cfg.layers - 1) * positions * positions + predicted * positions
+    else:
+        pairs = (cfg.layers - 1) * positions * (positions + 1) // 2 + predicted * (first + 1) \
+            + predicted * (predicted - 1) // 2
+    attention = 2 * (2 * d * pairs)
     return {"blocks": blocks / predicted, "attention": attention / predicted}
 
 

@@ -17,6 +17,7 @@ from torch import nn
 from lmgrid.models.adaptive import output_layer
 from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
+from lmgrid.models.bptt import GRULayer
 from lmgrid.models.config import ModelConfig
 from lmgrid.models.lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
 
@@ -41,13 +42,19 @@ def gru_gates_of(x, h_prev, weights) -> dict:
     return {"z": torch.sigmoid(xz + hz), "r": torch.sigmoid(xr + hr)}
 
 
-def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=False, residual=False):
-    """Multi-layer GRU over [B, T, in] for weights in nn.GRU layout; dropout between layers as nn.GRU does."""
+def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=False, residual=False,
+                     hand_bptt=True):
+    """Multi-layer GRU over [B, T, in] for weights in nn.GRU layout; dropout between layers as nn.GRU does.
+    With `hand_bptt` (and neither gates nor compile asked for) each layer is one bptt.GRULayer, the same function
+    with its backward through time written out; else the step-by-step loop below, under autograd."""
     step = maybe_compiled(gru_step, compiled)
+    whole_layer = hand_bptt and not return_gates and not compiled
 
     def layer(k, x):
         w_ih, w_hh, b_ih, b_hh = weights[k]
         x_proj = F.linear(x, w_ih, b_ih)
+        if whole_layer:
+            return (*GRULayer.apply(x_proj, h0[k], w_hh, b_hh), None, None)
         h, outs, zs, rs, w_hh_t = h0[k], [], [], [], w_hh.t()
         for t in range(x.shape[1]):
             h, z, r = step(x_proj[:, t], h, w_hh_t, b_hh)
@@ -68,6 +75,8 @@ def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=F
 class GRUCellStack(nn.Module):
     """`cell`: weight_ih_l{k} [3H, in], weight_hh_l{k} [3H, H], bias_ih_l{k}, bias_hh_l{k}, as in nn.GRU."""
 
+    hand_bptt = True  # False: the step-by-step loop under autograd (the reference of tests/test_models_bptt.py)
+
     def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
                  residual: bool = False):
         super().__init__()
@@ -81,7 +90,7 @@ class GRUCellStack(nn.Module):
 
     def forward(self, x, h0, return_gates=False):
         return gru_cell_forward(x, h0, torch_layout(self, self.layers), self.dropout, self.training, return_gates,
-                                self.compiled, self.residual)
+                                self.compiled, self.residual, self.hand_bptt)
 
 
 class GRULM(LMBase):

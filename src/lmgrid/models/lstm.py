@@ -34,6 +34,7 @@ from torch import nn
 from lmgrid.models.adaptive import output_layer
 from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
+from lmgrid.models.bptt import LSTMLayer
 from lmgrid.models.config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -41,7 +42,10 @@ GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
 
 # The cells below run one small step at a time ([B, 4H] with B = 20, H = 200 on PTB), where the cost of a step is
 # the number of operations PyTorch dispatches (and autograd records), not their arithmetic: each step is written
-# with as few as the equations allow (addmm with the biases folded in beforehand, addcmul).
+# with as few as the equations allow (addmm with the biases folded in beforehand, addcmul).  These step functions
+# serve the gates, torch.compile and the reference of tests/test_models_bptt.py; otherwise a whole layer runs as
+# one autograd node with its backward written out (models/bptt.py): 1.3-1.6x the training tokens per CPU-second
+# (issue 46, `python -m lmgrid.bench archs --threads 1 --clock cpu`, paired before/after runs).
 
 def _gate_math(z: torch.Tensor, c: torch.Tensor):
     i, f, g, o = z.chunk(4, 1)
@@ -88,14 +92,20 @@ def _run_layers(x, state, n_layers, layer_fn, dropout, training, return_gates, r
     return x, (torch.stack(hs), torch.stack(cs)), gates
 
 
-def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False, residual=False):
+def cell_forward(x, state, weights, dropout, training, return_gates, compiled=False, residual=False,
+                 hand_bptt=True):
     """The docs' equations over a sequence, for any weights in nn.LSTM layout: [(w_ih, w_hh, b_ih, b_hh)] per layer.
+    With `hand_bptt` (and neither gates nor compile asked for) each layer is one bptt.LSTMLayer, the same function
+    with its backward through time written out; else the step-by-step loop below, under autograd.
     (Impl `torch` gets its gates without this loop: run_library_stack_with_gates.)"""
     step = maybe_compiled(cell_step, compiled)
+    whole_layer = hand_bptt and not return_gates and not compiled
 
     def layer(k, x, h, c):
         w_ih, w_hh, b_ih, b_hh = weights[k]
         x_proj = torch.addmm(b_ih + b_hh, x.reshape(-1, x.shape[-1]), w_ih.t()).view(*x.shape[:2], -1)  # [B, T, 4H]
+        if whole_layer:
+            return (*LSTMLayer.apply(x_proj, h, c, w_hh), None)
         w_hh_t = w_hh.t()
         return _unroll(lambda x_t, h, c: step(x_t, h, c, w_hh_t), x_proj, h, c, return_gates)
 
@@ -105,6 +115,8 @@ def cell_forward(x, state, weights, dropout, training, return_gates, compiled=Fa
 class LSTMCellStack(nn.Module):
     """`cell`: parameters named and shaped as nn.LSTM's (weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H],
     bias_ih_l{k}, bias_hh_l{k}); rows k*H:(k+1)*H of each are gate k's W_i*, W_h*, b_i*, b_h*."""
+
+    hand_bptt = True  # False: the step-by-step loop under autograd (the reference of tests/test_models_bptt.py)
 
     def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
                  residual: bool = False, second_bias: bool = True):
@@ -135,11 +147,13 @@ class LSTMCellStack(nn.Module):
 
     def forward(self, x, state, return_gates=False):
         return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, return_gates, self.compiled,
-                            self.residual)
+                            self.residual, self.hand_bptt)
 
 
 class ConcatLSTMStack(nn.Module):
     """`concat`: per layer one weight_l{k} [4H, H + in] acting on [h_{t-1}; x_t] and one bias_l{k} [4H]."""
+
+    hand_bptt = True  # False: the step-by-step loop under autograd (the reference of tests/test_models_bptt.py)
 
     def __init__(self, input_size: int, hidden: int, layers: int, dropout: float, compiled: bool = False,
                  residual: bool = False):
@@ -167,6 +181,11 @@ class ConcatLSTMStack(nn.Module):
                 getattr(self, f"bias_l{k}").copy_(b_ih + b_hh)
 
     def forward(self, x, state, return_gates=False):
+        if self.hand_bptt and not return_gates and not self.compiled:
+            # W [h; x] + b = W[:, :H] h + (W[:, H:] x + b): the x half for every step in one product, then
+            # bptt.LSTMLayer on the views of W (their gradients land in W's two halves), as the cell runs.
+            return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, False,
+                                residual=self.residual)
         step = maybe_compiled(concat_step, self.compiled)
 
         def layer(k, x, h, c):

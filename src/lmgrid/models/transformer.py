@@ -9,7 +9,9 @@ boundary (as in Transformer-XL's segment recurrence, with tokens recomputed rath
 The chunk always starts at position context_len, whether or not a previous chunk precedes it (a row's first chunk
 has none), and positions count forward from there, so neither a row's start nor tail padding moves a token's
 position: the stream PPL does not depend on how a split is cut into rows.  The window regime (context_len 0)
-passes no state: a window is the whole context.
+passes no state: a window is the whole context.  Only the last block is cut to the predicted positions (the
+chunk's, or with last_only the last one): it needs keys and values at every position, but its queries, output
+projection and MLP there alone; every earlier block runs on every position, which later blocks attend to.
 """
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ from lmgrid.models.common import LMBase
 from lmgrid.models.config import ModelConfig
 
 
+def last_queries_mask(n: int, length: int, device) -> torch.Tensor:
+    """[n, length] bool, True where attending is allowed: query i sits at position length - n + i and sees keys
+    0 .. length - n + i (is_causal would align it at position i instead)."""
+    return torch.ones(n, length, dtype=torch.bool, device=device).tril(length - n)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -34,12 +42,25 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in self.qkv(x).split(C, 2))
-        # is_causal applies the lower-triangular mask: position t attends to positions <= t only.
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+    def forward(self, x: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+        """x [B, L, C] -> [B, n, C] at the last n = `queries` positions (all L when None), each attending to the
+        positions up to its own."""
+        B, L, C = x.shape
+        n = L if queries is None else queries
+        heads = lambda t, m: t.reshape(B, m, self.heads, C // self.heads).transpose(1, 2)  # noqa: E731
+        dropout = self.dropout if self.training else 0.0
+        if n == L:
+            q, k, v = (heads(t, L) for t in self.qkv(x).split(C, 2))
+            # is_causal applies the lower-triangular mask: position t attends to positions <= t only.
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:  # queries of the last n positions only; keys and values of all L
+            w_q, w_kv = self.qkv.weight.split([C, 2 * C])
+            b_q, b_kv = self.qkv.bias.split([C, 2 * C])
+            q = heads(F.linear(x[:, L - n:], w_q, b_q), n)
+            k, v = (heads(t, L) for t in F.linear(x, w_kv, b_kv).split(C, 2))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=last_queries_mask(n, L, x.device),
+                                               dropout_p=dropout)
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, n, C)))
 
 
 class Block(nn.Module):
@@ -50,8 +71,10 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.hidden_dim, 4 * cfg.hidden_dim), nn.GELU(),
                                  nn.Linear(4 * cfg.hidden_dim, cfg.hidden_dim), nn.Dropout(cfg.dropout))
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, queries: int | None = None):
+        """x [B, L, C] -> [B, n, C]: the block's output at the last n = `queries` positions (all L when None)."""
+        attended = self.attn(self.ln1(x), queries)
+        x = x[:, x.shape[1] - attended.shape[1]:] + attended
         return x + self.mlp(self.ln2(x))
 
 
@@ -88,9 +111,11 @@ class TransformerLM(LMBase):
         start = context - prefix.shape[1]  # the chunk's first token sits at position `context`, always
         x = self.drop(self.embedding(inp) + self.position(torch.arange(start, start + inp.shape[1],
                                                                        device=tokens.device)))
-        for block in self.blocks:
+        # Only the new positions (or the last one) are predicted: the last block computes its queries, output
+        # projection and MLP there alone; the earlier blocks run on every position, whose keys and values it reads.
+        for block in self.blocks[:-1]:
             x = block(x)
-        x = x[:, -1:] if last_only else x[:, -T:]  # only the new positions are predicted
+        x = self.blocks[-1](x, 1 if last_only else T)
         return self.ln_f(x), inp, ({} if return_gates else None)
 
     @staticmethod
