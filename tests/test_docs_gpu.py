@@ -58,3 +58,17 @@ def test_a_failed_step_is_said_and_a_dry_or_gpu_less_check_is_refused(tmp_path):
     (src / "gpu-check.json").write_text(json.dumps({k: v for k, v in report.items() if k != "commit"}))
     with pytest.raises(LmgridError, match="give --commit"):
         docs_gpu.snapshot(src, tmp_path / "snap3")
+
+
+def test_a_stated_commit_drops_the_dirty_flag_of_another_commits_tree(tmp_path):
+    """The borrowed GPU machine's copy held a stale .git: the check recorded that history's HEAD (f3014f4f0e) and
+    "uncommitted changes" for a tree that was commit 0ad66ad. Kills: keeping the report's dirty flag when --commit
+    names another commit. In-test control: the same flag is kept when --commit agrees with the report's commit."""
+    src = copy_of_snapshot(tmp_path)
+    report = json.loads((src / "gpu-check.json").read_text())
+    report.update(commit="f3014f4f0e", dirty=True)
+    (src / "gpu-check.json").write_text(json.dumps(report))
+    docs_gpu.snapshot(src, tmp_path / "other", commit="0ad66ad")
+    assert json.loads((tmp_path / "other" / "run.json").read_text())["dirty"] is False
+    docs_gpu.snapshot(src, tmp_path / "same", commit="f3014f4")
+    assert json.loads((tmp_path / "same" / "run.json").read_text())["dirty"] is True

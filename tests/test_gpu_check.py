@@ -135,3 +135,22 @@ def test_the_identity_step_rebuilds_the_fingerprint_train_wrote(tmp_path):
 
     with pytest.raises(TypeError):
         stale(kwargs, "cpu", precision)
+
+
+def test_a_stated_commit_wins_over_the_trees_git_history(monkeypatch):
+    """$LMGRID_COMMIT names the commit a copied tree is (a borrowed GPU machine's copy may hold a stale .git: the
+    2026-11-27 check recorded that history's HEAD, f3014f4f0e, and "uncommitted changes" for a tree at 0ad66ad).
+    Kills: source_commit reading git first (this repository's own HEAD is never the stated value). Control: without
+    the variable, git's HEAD of this repository is read."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_tool", REPO / "tools" / "gpu_check.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setenv("LMGRID_COMMIT", "feedc0de12")
+    assert tool.source_commit() == {"commit": "feedc0de12"}
+    monkeypatch.delenv("LMGRID_COMMIT")
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("this copy of the repository has no git history")
+    assert tool.source_commit()["commit"] == head.stdout.strip()

@@ -83,18 +83,19 @@ class Tee:
 
 
 def source_commit() -> dict:
-    """The commit checked (`lmgrid docs --from` puts it beside the figures): git's where the tree has its history
-    (lmgrid.analysis.docs_snapshot.commit, as a run's snapshot reads it), else $LMGRID_COMMIT (a borrowed GPU machine
-    gets the files without .git), else none."""
+    """The commit checked (`lmgrid docs --from` puts it beside the figures): $LMGRID_COMMIT when set (the caller
+    states which commit these files are: a borrowed GPU machine gets the files without .git, or with a stale .git
+    from an earlier copy, whose HEAD and "uncommitted changes" describe another commit), else git's where the tree
+    has its history (lmgrid.analysis.docs_snapshot.commit, as a run's snapshot reads it), else none."""
     from lmgrid.analysis.docs_snapshot import commit
 
+    if os.environ.get("LMGRID_COMMIT"):
+        return {"commit": os.environ["LMGRID_COMMIT"]}
     try:
         found = commit(REPO)
     except OSError:  # no git program
         found = {"commit": "unknown"}
-    if found["commit"] != "unknown":
-        return found
-    return {"commit": os.environ["LMGRID_COMMIT"]} if os.environ.get("LMGRID_COMMIT") else {}
+    return found if found["commit"] != "unknown" else {}
 
 
 class Check:

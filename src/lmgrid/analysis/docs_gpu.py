@@ -33,13 +33,16 @@ def snapshot(source: str | Path, out: str | Path, commit: str | None = None) -> 
         raise LmgridError(f"--from {source}: a --dry check (it stopped before the GPU); snapshot a GPU run's folder")
     if "gpu" not in report:
         raise LmgridError(f"--from {source}/{REPORT}: no 'gpu' figures (the check found no GPU)")
+    # --commit states the commit the check ran at: the report's "dirty" describes the tree git saw there, which
+    # may be another commit's (a stale .git on the borrowed machine), so it is kept only when the two agree.
+    dirty = bool(report.get("dirty", False)) and (not commit or str(report.get("commit", "")).startswith(commit[:7]))
     commit = commit or report.get("commit")
     if not commit:
         raise LmgridError(f"--from {source}/{REPORT}: no commit recorded; give --commit REV (the commit it ran at)")
     gpu = report["gpu"]
     stamp = dt.datetime.fromtimestamp((source / REPORT).stat().st_mtime, dt.timezone.utc).date().isoformat()
     run = {"name": out.name, "corpus": "ptb", "kind": "gpu-check", "commit": str(commit)[:10],
-           "dirty": bool(report.get("dirty", False)), "date": report.get("date", stamp), "wall_s": report["wall_s"],
+           "dirty": dirty, "date": report.get("date", stamp), "wall_s": report["wall_s"],
            "ok": report["ok"], "machine": {"gpu": gpu["name"], "memory_mib": gpu["memory_mib"],
                                            "driver": gpu["driver"], "torch": gpu["torch"], "cuda": gpu["cuda"]}}
     if out.exists():
