@@ -24,7 +24,7 @@ def test_training_defaults_come_from_the_schema_only(repo):
     assert train["$ref"] == "#/$defs/train_settings" and set(train["properties"]) == {"threads", *JOB_KEYS, "per_arch"}
     for arch in ("ffnn", "rnn", "lstm", "gru", "transformer"):
         assert train["properties"]["per_arch"]["properties"][arch]["$ref"] == "#/$defs/train_settings"
-    assert set(NOT_COMPUTING) == {"log_every", "accelerator", "devices", "compile"}
+    assert set(NOT_COMPUTING) == {"log_every", "accelerator", "devices", "compile", "gate_stats"}
 
 
 def test_config_yaml_train_section_resolves(repo):

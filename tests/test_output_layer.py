@@ -302,11 +302,11 @@ def test_full_keeps_the_checkpoint_fingerprint_of_runs_before_the_setting(tmp_pa
         return train_mod._fingerprint(spec(**hp), placement)
 
     # init_range, weight_drop, average_from_epoch and the budgets are neutral defaults too (0: what every run computed before they
-    # existed); log_every ... compile change no result
+    # existed); log_every ... compile and gate_stats change no result
     before = {k: v for k, v in spec().hparams.items()
               if k not in ("output_layer", "init_range", "weight_drop", "average_from_epoch", "budget_tokens", "budget_flops",
                            "budget_warmup_tokens", "log_every", "accelerator", "devices",
-                           "compile")}
+                           "compile", "gate_stats")}
     h = hashlib.sha256(json.dumps({"run": spec().cell, "hp": before, "placement": placement}, sort_keys=True).encode())
     for name in sorted(paths):
         h.update(name.encode())
