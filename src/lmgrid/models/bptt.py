@@ -20,6 +20,13 @@ from __future__ import annotations
 import torch
 
 
+def runs_whole_layer(hand_bptt: bool, return_gates: bool, compiled: bool) -> bool:
+    """Whether a hand-written stack runs its layers here: asked for (`hand_bptt`, False only for the tests'
+    step-by-step reference), and neither gates (which the step functions return) nor torch.compile (which compiles
+    the step functions) wanted."""
+    return hand_bptt and not return_gates and not compiled
+
+
 def previous(states: torch.Tensor) -> torch.Tensor:
     """The state each step starts from, s_{t-1} for t = 1..T, out of [s_0, .., s_T] (time-major)."""
     return states[:-1]

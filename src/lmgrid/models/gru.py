@@ -17,7 +17,7 @@ from torch import nn
 from lmgrid.models.adaptive import output_layer
 from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
-from lmgrid.models.bptt import GRULayer
+from lmgrid.models.bptt import GRULayer, runs_whole_layer
 from lmgrid.models.config import ModelConfig
 from lmgrid.models.lstm import library_stack, run_library_stack, run_library_stack_with_gates, torch_layout
 
@@ -48,7 +48,7 @@ def gru_cell_forward(x, h0, weights, dropout, training, return_gates, compiled=F
     With `hand_bptt` (and neither gates nor compile asked for) each layer is one bptt.GRULayer, the same function
     with its backward through time written out; else the step-by-step loop below, under autograd."""
     step = maybe_compiled(gru_step, compiled)
-    whole_layer = hand_bptt and not return_gates and not compiled
+    whole_layer = runs_whole_layer(hand_bptt, return_gates, compiled)
 
     def layer(k, x):
         w_ih, w_hh, b_ih, b_hh = weights[k]

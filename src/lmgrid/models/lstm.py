@@ -34,7 +34,7 @@ from torch import nn
 from lmgrid.models.adaptive import output_layer
 from lmgrid.models.common import (Embedding, LMBase, construction_draws_discarded, fp32_recurrence, init_recurrence,
                      maybe_compiled, stack_layers, zeros_state)
-from lmgrid.models.bptt import LSTMLayer
+from lmgrid.models.bptt import LSTMLayer, runs_whole_layer
 from lmgrid.models.config import ModelConfig
 
 GATES = ("i", "f", "g", "o")  # nn.LSTM's row order in weight_ih / weight_hh
@@ -99,7 +99,7 @@ def cell_forward(x, state, weights, dropout, training, return_gates, compiled=Fa
     with its backward through time written out; else the step-by-step loop below, under autograd.
     (Impl `torch` gets its gates without this loop: run_library_stack_with_gates.)"""
     step = maybe_compiled(cell_step, compiled)
-    whole_layer = hand_bptt and not return_gates and not compiled
+    whole_layer = runs_whole_layer(hand_bptt, return_gates, compiled)
 
     def layer(k, x, h, c):
         w_ih, w_hh, b_ih, b_hh = weights[k]
@@ -181,7 +181,7 @@ class ConcatLSTMStack(nn.Module):
                 getattr(self, f"bias_l{k}").copy_(b_ih + b_hh)
 
     def forward(self, x, state, return_gates=False):
-        if self.hand_bptt and not return_gates and not self.compiled:
+        if runs_whole_layer(self.hand_bptt, return_gates, self.compiled):
             # W [h; x] + b = W[:, :H] h + (W[:, H:] x + b): the x half for every step in one product, then
             # bptt.LSTMLayer on the views of W (their gradients land in W's two halves), as the cell runs.
             return cell_forward(x, state, self.torch_layout(), self.dropout, self.training, False,

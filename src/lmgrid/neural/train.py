@@ -351,10 +351,9 @@ def evaluate_run(job: Job, ckpt: ModelCheckpoint) -> Evaluation:
     # scoring it again would use, so the best epoch's sums are its valid score; only test is scored here.
     best_row = (rows[-1] if budget else min(rows, key=lambda r: r["valid_loss"])) if rows else None
     # The window regime's padding-free rows need each test target's words before it, read in corpus order.
-    preceding = (gates_mod.preceding_words(data.sentences["test"]) if spec.regime == "window" and gathers_gates(spec)
-                 else None)
-    gate_stats = (gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if gathers_gates(spec)
-                  else None)
+    gathers = gathers_gates(spec)
+    preceding = gates_mod.preceding_words(data.sentences["test"]) if gathers and spec.regime == "window" else None
+    gate_stats = gates_mod.GateStats(spec.regime, job.vocab.index[BOS], preceding) if gathers else None
     ev = Evaluation(model, device, {}, best_row, gate_stats, 0.0, 0)
     for split in ("valid", "test"):
         if split == "valid" and best_row is not None and "valid_tokens" in best_row:
