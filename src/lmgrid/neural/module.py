@@ -3,10 +3,19 @@
 Losses are sums of NLL in nats over counted targets, divided by the count, so the valid "loss" is exactly
 log(PPL) of the shared convention and never averages over padding.
 
+The stream regime's training loss is a chunk's NLL sum over a constant, the positions of a full chunk
+(`chunk_positions`: rows x bptt over all processes), not over the chunk's own count of targets.  Its
+sentence-aligned rows differ in length, so the last chunks hold few targets and much tail padding (5,000 lines of
+PTB in 20 rows: 6 of 700 in the last).  A mean over those few gave each 100x the weight of a target in a full
+chunk, and at SGD lr 20 with clipping a whole step along a 6-token gradient just before validation: it raised the
+PPL of 200 valid sentences from 865 to 1054 (lmgrid.bench vs-plain's gap to the plain loop).  Over the constant
+every target weighs the same whatever padding its chunk holds, and a full chunk's loss is its mean, as before.
+The window regime has no padding: its loss is the batch's mean.
+
 Under DDP (`train.devices` > 1) each process holds a share of every global batch (lmgrid.neural.data).  DDP
 averages the processes' gradients, so each process's loss is its NLL sum times the number of processes over the
-global batch's count of targets: the averaged gradient is then exactly that of the global batch's mean NLL, as
-in one process.  The divergence check reads each process's own mean NLL, not that scaled loss.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
+global batch's count of targets (stream: over chunk_positions): the averaged gradient is then exactly that of the
+global batch's loss in one process.  The divergence check reads each process's own mean NLL, not that scaled loss.  Epoch totals (train and valid NLL, targets) are summed over the processes, so every process
 sees the same valid loss (early stopping, LR decay and checkpoints decide alike) and each token counts once.
 """
 from __future__ import annotations
@@ -31,7 +40,7 @@ DIVERGED_LOSS_FACTOR = 3.0
 class LMModule(pl.LightningModule):
     def __init__(self, model_config: dict, regime: str, optimizer: str = "adam", lr: float = 1e-3,
                  momentum: float = 0.0, weight_decay: float = 0.0, schedule: dict | None = None,
-                 seed: int = 1, finite_check_every: int = 100, budget: dict | None = None):
+                 seed: int = 1, finite_check_every: int = 100, budget: dict | None = None, chunk_positions: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(ModelConfig(**model_config))
@@ -111,14 +120,15 @@ class LMModule(pl.LightningModule):
         nll, n, state = batch_nll(self.model, x, y, self.regime, self._train_state)
         if self.regime == "stream":
             self._train_state = self.model.detach_state(state)  # truncated BPTT: carry the state, not the graph
-        if self.trainer.world_size == 1:
-            loss = nll / n
-        else:
+        n_global = n
+        if self.trainer.world_size > 1:
             n_global = n.clone()
             torch.distributed.all_reduce(n_global)  # the global batch's targets
-            loss = nll * self.trainer.world_size / n_global
+        # Stream: over a full chunk's positions, so a target's weight does not depend on its chunk's padding
+        # (module docstring); window: the global batch's mean.
+        loss = nll * self.trainer.world_size / (self.hparams.chunk_positions or n_global)
         if self.budget is not None:  # the step's training tokens (every process's): a host read, budget runs only
-            self._step_tokens = int(n if self.trainer.world_size == 1 else n_global)
+            self._step_tokens = int(n_global)
         # The divergence check reads this process's own mean NLL: the loss above is up to world-size times it (a
         # process holding one example of a short last batch), and a process with no targets has nothing to check.
         own_mean = torch.where(n > 0, nll.detach() / n.clamp(min=1), torch.zeros_like(nll.detach()))

@@ -111,6 +111,12 @@ def budget_settings(hp: dict, n_train: int) -> dict | None:
     return {"budget": budget, "lr": hp["lr"], "min_lr": hp["min_lr"], "warmup": warmup}
 
 
+def stream_chunk_positions(data: LMData, regime: str, bptt: int) -> int:
+    """The stream regime's training-loss denominator (LMModule, chunk_positions): the positions of the first training
+    chunk, every row of every process times min(bptt, row length), the most any chunk holds; 0 in the window regime."""
+    return data.tensors["train"][1][:, :bptt].numel() if regime == "stream" else 0
+
+
 def _fingerprint(spec: RunSpec, placement: dict) -> str:
     """What a checkpoint must match to be resumed: the run, its computing settings (spec.computing(): a setting at its
     neutral default, which computes what runs did before the setting existed, left out), its input files, and where
@@ -259,6 +265,7 @@ def build(spec: RunSpec, threads: int = 0) -> Job:
     module = LMModule(model_config, spec.regime, optimizer=hp["optimizer"], lr=hp["lr"], momentum=hp["momentum"],
                       weight_decay=hp["weight_decay"], schedule=schedule_settings(hp), seed=spec.seed,
                       finite_check_every=hp["log_every"] if hp["log_every"] > 0 else 100,
+                      chunk_positions=stream_chunk_positions(data, spec.regime, hp["bptt"]),
                       **({"budget": budget} if budget else {}))
     job = Job(spec, hp, cuda, precision, precision_reason, devices, main, vocab, data, model_config, ckpt_dir,
               resume, module, params=sum(p.numel() for p in module.model.parameters()),
