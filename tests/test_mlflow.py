@@ -54,6 +54,12 @@ def active_runs(uri: str):
 
 
 def test_sync_contents_and_idempotence(results, tmp_path, new_store):
+    """A sync mirrors each cell and study once (run-key tags), with the cell's metrics, params, history and
+    artifacts; a second sync changes nothing; a retrained cell replaces its run and its study's.  The study's best
+    run is chosen on valid.  Kills: a study best chosen on test (mirror.best_on_valid taking the lowest test_ppl:
+    after the retrain below gives another run the study's lowest test PPL, 50.0, it picks that run; run by hand as
+    a temporary edit, and failed), and the old `best_test_ppl` metric logged.  The fixture's own runs have the same
+    best on valid and on test, so only the retrain can tell the two apart (asserted below)."""
     uri = new_store(tmp_path / "mlflow.db")
     n_cells = len(all_runs(STUDIES))  # 2 kn + 4 lstm; the 'more' runs are shared
     assert n_cells == 6
@@ -102,7 +108,7 @@ def test_sync_contents_and_idempotence(results, tmp_path, new_store):
     saved = path.read_text()
     try:
         m = json.loads(saved)
-        m["test"]["ppl"] = 123.0
+        m["test"]["ppl"] = 50.0  # now the study's lowest test PPL, on a run that is not its best on valid
         path.write_text(json.dumps(m))
         third = sync(uri, CORPUS, STUDIES, results)
     finally:
@@ -117,7 +123,12 @@ def test_sync_contents_and_idempotence(results, tmp_path, new_store):
     models = client.search_logged_models([client.get_experiment_by_name(CORPUS).experiment_id])
     assert sorted(m.source_run_id for m in models) == sorted(runs[runs["tags.lmgrid.kind"] == "cell"]["run_id"])
     row = runs[runs[f"tags.{TAG_KEY}"] == f"results/{CORPUS}/runs/kn/ngram/n2_l1_window_s0"].iloc[0]
-    assert row["metrics.test_ppl"] == 123.0
+    assert row["metrics.test_ppl"] == 50.0
+    # The replaced study still names the run best on valid and its test PPL, not the run lowest on test.
+    assert m["valid"]["ppl"] > pick["valid"]["ppl"] and pick["test"]["ppl"] > 50.0
+    study = runs[runs[f"tags.{TAG_KEY}"] == "study:context"].iloc[0]
+    assert study["metrics.best_valid_ppl"] == pytest.approx(pick["valid"]["ppl"])
+    assert study["metrics.test_ppl_of_best_valid"] == pytest.approx(pick["test"]["ppl"])
     # N-gram settings are params, its timings metrics.
     assert row["params.order"] == "2" and row["params.settings.discounts"] == "[0.5, 0.8]"
     assert row["metrics.timing.score_s"] == 0.25

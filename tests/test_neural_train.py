@@ -11,6 +11,7 @@ import torch
 
 from lmgrid import cli, lm
 from lmgrid.common.errors import LmgridError
+from lmgrid.neural import gates as gates_mod
 from lmgrid.neural import train as train_mod
 from lmgrid.neural.callbacks import LOG_COLUMNS
 from lmgrid.neural.gates import COLUMNS as GATE_COLUMNS
@@ -51,11 +52,15 @@ def test_window_model_at_n_step_2_reaches_bigram_source_ppl(tmp_path):
     assert sample * 0.995 <= metrics["test"]["ppl"] <= sample * 1.02
 
 
-def test_metrics_log_and_gates_follow_the_contract(tmp_path):
+def test_metrics_log_and_gates_follow_the_contract(tmp_path, monkeypatch):
     """metrics.json, log.csv and gates.csv as docs/contracts.md states them.  Kills: a key left out, a run that
     reaches its epoch cap reported as anything but `budget`, a valid-PPL history that is not the log's, and gate
     counts that include the <s> padding before a sentence's first words (the negative control: the padded count
-    differs from the real one on this corpus, so the check can see it)."""
+    differs from the real one on this corpus, so the check can see it).  Padding-free rows: kills a padded window
+    filed as padding-free (GateStats._buckets without its `* (k >= 0)` mask, every target then in bucket 0 or
+    above), run here as a negative control on a second run of one epoch; and the rows per min_context read from
+    their own bucket alone (no reversed cumulative sum: targets with exactly K words before them), run by hand as
+    a temporary edit."""
     corpus = tiny_corpus(tmp_path)
     metrics, run_dir = train(corpus, tmp_path, arch="gru", impl="cell", n_step=4, layers=2, epochs=2)
     on_disk = json.loads((run_dir / "metrics.json").read_text())
@@ -88,6 +93,23 @@ def test_metrics_log_and_gates_follow_the_contract(tmp_path):
     free = sum(1 for s in test_sents for j in range(len(s) + 1) if j >= 3)
     assert {int(g["count"]) for g in gates if g["scope"] == "padfree" and g["min_context"] == "3"} == {free}
     assert {int(g["index"]) for g in gates if g["scope"] == "padfree"} == {0, 1, 2}
+
+    def padfree_counts(gates_csv: Path) -> set[int]:
+        return {int(g["count"]) for g in csv.DictReader(gates_csv.open())
+                if g["scope"] == "padfree" and g["min_context"] == "3"}
+
+    real_buckets = gates_mod.GateStats._buckets
+
+    def unmasked(self, x):  # the mask dropped: a target with k < 0 (a padded window) lands in bucket 0
+        b = real_buckets(self, x)
+        if b is not None:
+            b = b.clone()
+            b[b.sum(1) == 0, 0] = 1.0
+        return b
+
+    monkeypatch.setattr(gates_mod.GateStats, "_buckets", unmasked)
+    _, mutant_dir = train(corpus, tmp_path / "mutant", arch="gru", impl="cell", n_step=4, layers=2, epochs=1)
+    assert padfree_counts(mutant_dir / "gates.csv") != {free}
     assert len([g for g in gates if g["scope"] == "unit"]) == 2 * 2 * 16
     assert all(0 <= float(g["mean"]) <= 1 and 0 <= float(g["frac_right_saturated"]) <= 1 for g in gates)
     assert not (tmp_path / "ckpt").joinpath(run_dir.relative_to(tmp_path)).exists()  # cleaned up when done

@@ -158,21 +158,43 @@ def test_katz_and_addk_follow_their_definitions():
     assert [lp[m.vocab.index[w]] for w in ("a", "b", UNK, EOS)] == pytest.approx(np.log([0.2, 0.2, 0.2, 0.4]))
 
 
+def kenlm_logprob(kenlm, path, m: NgramModel, test) -> float:
+    """KenLM's total natural-log probability of `test` (each sentence with <s> and </s>) under the ARPA file."""
+    lm = kenlm.Model(str(path))
+    return sum(lm.score(" ".join(m.vocab.map(s)), bos=True, eos=True) for s in test) * math.log(10)
+
+
+def writer_with_bows(monkeypatch, change):
+    """arpa.write with each order's back-off column (log10, as it is about to be written) passed through
+    change(bows, word_columns): a mutated ARPA writer, for the negative controls below."""
+    real = arpa._write_lines
+
+    def mutated(fh, buf, tokens, cols, logp, bow):
+        real(fh, buf, tokens, cols, logp, None if bow is None else change(bow, cols))
+
+    monkeypatch.setattr(arpa, "_write_lines", mutated)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_kenlm_scores_our_arpa_like_we_do(method, tmp_path, kenlm):
+def test_kenlm_scores_our_arpa_like_we_do(method, tmp_path, kenlm, monkeypatch):
+    """KenLM scoring our ARPA file (orders 2, 3, 5) gives the test log-probability we compute from the model in
+    memory, and reading the file back gives the same model.  Kills: back-off weights written in natural log (the
+    writer's `* LOG10E` left off the back-off column; KenLM then backs off with the wrong weight).  Negative control,
+    run here: that writer, and KenLM's total moves far outside the tolerance."""
     train, test = corpus(500, 7), corpus(60, 8, words=WORDS + ["zebra"])
     for order in (2, 3, 5):
         m = model(train, method, order)
         path = tmp_path / f"{method}{order}.arpa"
         arpa.write(path, m.backoff, m.vocab.tokens)
         ours = sum(sum(lps) for lps in m.sentence_logprobs(test))
-        lm = kenlm.Model(str(path))
-        theirs = sum(lm.score(" ".join(m.vocab.map(s)), bos=True, eos=True) for s in test) * math.log(10)
-        assert theirs == pytest.approx(ours, rel=1e-6)
+        assert kenlm_logprob(kenlm, path, m, test) == pytest.approx(ours, rel=1e-6)
         back, tokens = arpa.read(path)
         assert tokens == m.vocab.tokens
         again = NgramModel(back, m.vocab)
         assert sum(sum(lps) for lps in again.sentence_logprobs(test)) == pytest.approx(ours, rel=1e-6)
+    writer_with_bows(monkeypatch, lambda bow, cols: bow / arpa.LOG10E)  # back to natural log: not converted
+    arpa.write(tmp_path / "natural.arpa", m.backoff, m.vocab.tokens)
+    assert kenlm_logprob(kenlm, tmp_path / "natural.arpa", m, test) != pytest.approx(ours, rel=1e-6)
 
 
 # ---- edge cases: every method, finite PPL ---------------------------------------------------------
@@ -218,15 +240,23 @@ def test_corpus_without_singletons_falls_back_with_a_warning(caplog):
     assert "fallback discounts" in caplog.text
 
 
-def test_single_token_sentences(tmp_path, kenlm):
+def test_single_token_sentences(tmp_path, kenlm, monkeypatch):
+    """Sentences of one word (and an unseen one, scored as <unk>) at order 3: every method gives a finite PPL, and
+    KenLM scores our ARPA file as we do, although each sentence is shorter than the order.  Kills: the <s> unigram
+    written without its back-off weight (every word here is a sentence's first, predicted after <s>; the unseen
+    "c" backs off from <s> to the unigram <unk>).  Negative control, run here: that writer, and KenLM's total
+    differs."""
     train = [["a"], ["b"], ["a", "b"], ["a"]] * 3
     test = [["a"], ["b"], ["c"]]
     finite_everywhere(train, test, order=3)
     m = model(train, "mkn", 3)
     arpa.write(tmp_path / "m.arpa", m.backoff, m.vocab.tokens)
-    lm = kenlm.Model(str(tmp_path / "m.arpa"))
-    theirs = sum(lm.score(" ".join(m.vocab.map(s)), bos=True, eos=True) for s in test) * math.log(10)
-    assert theirs == pytest.approx(sum(sum(x) for x in m.sentence_logprobs(test)), rel=1e-6)
+    ours = sum(sum(x) for x in m.sentence_logprobs(test))
+    assert kenlm_logprob(kenlm, tmp_path / "m.arpa", m, test) == pytest.approx(ours, rel=1e-6)
+    bos = m.vocab.index[BOS]
+    writer_with_bows(monkeypatch, lambda bow, cols: np.where(cols[0] == bos, 0.0, bow) if len(cols) == 1 else bow)
+    arpa.write(tmp_path / "no_bos_bow.arpa", m.backoff, m.vocab.tokens)
+    assert kenlm_logprob(kenlm, tmp_path / "no_bos_bow.arpa", m, test) != pytest.approx(ours, rel=1e-6)
 
 
 # ---- files and commands ---------------------------------------------------------------------------

@@ -40,12 +40,23 @@ def test_mkn_reproduces_the_published_test_ppl(ptb, order):
 
 
 @pytest.mark.slow
-def test_kenlm_scores_our_5gram_arpa_like_we_do(ptb, tmp_path, kenlm):
+def test_kenlm_scores_our_5gram_arpa_like_we_do(ptb, tmp_path, kenlm, monkeypatch):
+    """KenLM scoring our modified-KN 5-gram ARPA file of PTB gives the test log-probability we compute in memory.
+    Kills: back-off weights written in natural log (the writer's `* LOG10E` left off the back-off column), as
+    tests/test_ngram.py's small-corpus test does, here at PTB's size.  Negative control, run here: that writer, and
+    KenLM's total moves outside the tolerance."""
     splits, vocab, _ = ptb
     model = mkn(ptb, 5)
-    path = tmp_path / "ptb5.arpa"
-    arpa.write(path, model.backoff, vocab.tokens)
     ours = -model.evaluate(splits["test"])["nll_nats"]
-    lm = kenlm.Model(str(path))
-    theirs = sum(lm.score(" ".join(s), bos=True, eos=True) for s in splits["test"]) * math.log(10)
-    assert theirs == pytest.approx(ours, rel=1e-4)
+
+    def kenlm_logprob(name: str) -> float:
+        path = tmp_path / name
+        arpa.write(path, model.backoff, vocab.tokens)
+        lm = kenlm.Model(str(path))
+        return sum(lm.score(" ".join(s), bos=True, eos=True) for s in splits["test"]) * math.log(10)
+
+    assert kenlm_logprob("ptb5.arpa") == pytest.approx(ours, rel=1e-4)
+    real = arpa._write_lines
+    monkeypatch.setattr(arpa, "_write_lines", lambda fh, buf, tokens, cols, logp, bow: real(
+        fh, buf, tokens, cols, logp, None if bow is None else bow / arpa.LOG10E))  # log10 back to natural log
+    assert kenlm_logprob("natural_bow.arpa") != pytest.approx(ours, rel=1e-4)

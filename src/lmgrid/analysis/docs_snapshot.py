@@ -42,7 +42,8 @@ from lmgrid.run.record import RECORD_FILE, RunRecord
 
 # The result files the docs render from, relative to results/<corpus>/ (those that exist are copied).
 SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/table.csv",
-                  "studies/*/*gate*.csv", "embeddings/embeddings.csv", "scales/gates.csv",
+                  "studies/*/*gate*.csv", "embeddings/embeddings.csv", "studies/*/embeddings.md",
+                  "scales/gates.csv",
                   "budget/compute.csv", "budget/ppl_vs_compute.png")
 RUN_FILE = "run.json"
 RUNS_FILE = "runs.csv"

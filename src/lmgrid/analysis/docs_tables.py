@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmgrid.analysis import docs_gpu
+from lmgrid.analysis import docs_embeddings, docs_gates, docs_gpu
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.common.units import duration_text, markdown_table
@@ -196,7 +196,8 @@ def budget(snap: Path, _arg: str = "") -> str:
 
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "stops": stops, "budget": budget, **docs_gpu.TABLES}
+          "study": study, "timing": timing, "stops": stops, "budget": budget, **docs_gates.TABLES,
+          **docs_embeddings.TABLES, **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:
