@@ -154,7 +154,8 @@ def stops(snap: Path, _arg: str = "") -> str:
         return "No neural run."
     how = ", ".join(f"{n} by `{why}`" for why, n in t["stopped_because"].fillna("unknown").value_counts().items())
     before = int((t["best_epoch"] < t["epochs"]).sum())
-    return (f"{len(t)} neural runs ended: {how}, after {int(t['epochs'].min())} to {int(t['epochs'].max())} epochs; "
+    lo, hi = int(t["epochs"].min()), int(t["epochs"].max())
+    return (f"{len(t)} neural runs ended: {how}, after {lo if lo == hi else f'{lo} to {hi}'} epochs; "
             f"{before} of them had their best epoch before their last.")
 
 
