@@ -54,7 +54,8 @@ def test_the_gates_block_prints_the_interval_that_agrees_with_the_holm_verdict(t
     row = [line for line in text.splitlines() if line.startswith("| LSTM")][0]
     assert row.count("rises") == 2 and row.count("no clear change") == 2 and "(at 1 2)" in row
 
-    marginal = {k: (m, lo.replace("sim", "ci"), hi.replace("sim", "ci"), p, v, w) for k, (m, lo, hi, p, v, w) in docs_gates.ANSWERS.items()}
+    marginal = {k: (m, lo.replace("sim", "ci"), hi.replace("sim", "ci"), p, v, w)
+                for k, (m, lo, hi, p, v, w) in docs_gates.ANSWERS.items()}
     monkeypatch.setattr(docs_gates, "ANSWERS", marginal)
     assert not _prints_holm_consistent(docs_tables.TABLES["gates"](snap, "lstm_gates"))
 
@@ -65,7 +66,7 @@ def test_a_gates_block_of_an_older_file_says_na_and_a_missing_study_names_the_fi
     old = {k: v for k, v in EFFECT.items() if not k.startswith(("end_", "padfree", "padding", "at_matched"))}
     snap = _snap(tmp_path, [old], "studies/gates/gates_effect.csv")
     row = [line for line in docs_gates.gates(snap, "gates").splitlines() if line.startswith("| LSTM")][0]
-    assert row.count("n/a") == 6  # three answers' slopes and verdicts
+    assert row.count("n/a") == 8  # four answers' slopes and verdicts
     with pytest.raises(LmgridError, match="studies/nope/gates_effect.csv"):
         docs_gates.gates(snap, "nope")
     with pytest.raises(LmgridError, match="gates:<study>"):

@@ -19,6 +19,8 @@ from lmgrid.common.units import markdown_table
 ANSWERS = {
     "pooled": ("slope_per_nstep", "slope_sim_low", "slope_sim_high", "slope_p_holm", "direction",
                                None),
+    "start-aligned": ("matched_slope", "matched_sim_low", "matched_sim_high", "matched_p_holm", "at_matched_positions",
+                      "matched_positions"),
     "end-aligned": (
         "end_matched_slope", "end_matched_sim_low", "end_matched_sim_high", "end_matched_p_holm", "at_matched_lags",
         "end_matched_positions"),
@@ -75,7 +77,8 @@ def gates(snap: Path, study: str) -> str:
         show[label] = ["n/a" if _blank(v) else str(v) for v in _col(t, verdict)]
     note = ("Slope of the gate's mean on n_step, per context word: mean over seeds, its simultaneous 95% interval "
             "(Bonferroni over the study's gate tests, agreeing with Holm) and Holm-adjusted p (p_H); pooled over the "
-            "window, end-aligned at the lags back from the predicted word that every n shares (at ...), on the "
+            "window, start-aligned at the window positions every n shares (counted from the window's start), "
+            "end-aligned at the lags back from the predicted word that every n shares (at ...), on the "
             "padding-free targets (a full window at every n of the study), and both.")
     return note + "\n\n" + markdown_table(pd.DataFrame(show))
 
