@@ -74,9 +74,9 @@ def test_a_gates_block_of_an_older_file_says_na_and_a_missing_study_names_the_fi
 
 
 def test_the_scales_block_names_every_answer_the_comparison_tests():
-    """Kills: an answer added to orchestration.scales.INTERACTIONS (a new scale x n test) that the docs' block
-    silently leaves out, or one renamed there that the block then prints as n/a."""
-    from lmgrid.orchestration.scales import INTERACTIONS
+    """Kills: an answer added to analysis.effects.INTERACTIONS (a new scale x n test in orchestration.scales) that
+    the docs' block silently leaves out, or one renamed there that the block then prints as n/a."""
+    from lmgrid.analysis.effects import INTERACTIONS
 
     assert list(docs_gates.LABELS) == list(INTERACTIONS)
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmgrid.analysis.docs_io import snapshot_file
 from lmgrid.common.errors import LmgridError
 
 
 def embeddings(snap: Path, study: str) -> str:
     if not study:
         raise LmgridError("lmgrid:render embeddings needs the study's name: embeddings:<study>")
-    path = snap / "studies" / study / "embeddings.md"
-    if not path.is_file():
-        raise LmgridError(f"{path}: not in the snapshot (the run wrote no such table)")
+    path = snapshot_file(snap, f"studies/{study}/embeddings.md")
     lines = path.read_text().strip().splitlines()
     return "\n".join(lines[1:] if lines and lines[0].startswith("#") else lines).strip()
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmgrid.analysis.docs_io import blank as _blank, read_csv as _read, slope_text
+from lmgrid.analysis.effects import INTERACTION_LABELS as LABELS
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.units import markdown_table
 
@@ -29,31 +31,6 @@ ANSWERS = {
     "padding-free end-aligned": ("padfree_end_slope", "padfree_end_sim_low", "padfree_end_sim_high",
                                   "padfree_end_p_holm", "padding_free_at_matched_lags", "padfree_end_positions"),
 }
-
-
-# The answers whose scale x n interaction scales/gates.csv holds (its column prefixes; orchestration.scales.
-# INTERACTIONS, which sits above analysis and is not imported here), as this page names them
-LABELS = {"pooled": "pooled", "matched": "start-aligned", "end_aligned": "end-aligned", "padding_free": "padding-free",
-          "padding_free_end_aligned": "padding-free end-aligned"}
-
-
-def _blank(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def slope_text(slope, low, high, p_holm) -> str:
-    """'+0.0123 [+0.0050, +0.0196], p_H 0.004'; 'n/a' for a slope the study could not fit."""
-    if _blank(slope):
-        return "n/a"
-    ci = "" if _blank(low) or _blank(high) else f" [{low:+.4f}, {high:+.4f}]"
-    return f"{slope:+.4f}{ci}, p_H " + ("n/a" if _blank(p_holm) else f"{p_holm:.3g}")
-
-
-def _read(snap: Path, name: str) -> pd.DataFrame:
-    path = snap / name
-    if not path.is_file():
-        raise LmgridError(f"{path}: not in the snapshot (the run wrote no such table)")
-    return pd.read_csv(path)
 
 
 def _col(t: pd.DataFrame, name: str | None) -> list:

@@ -12,20 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from lmgrid.analysis import docs_embeddings, docs_gates, docs_gpu
+from lmgrid.analysis.docs_io import blank as _blank, read_csv as _read
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.common.units import duration_text, markdown_table
-
-
-def _read(snap: Path, name: str) -> pd.DataFrame:
-    path = snap / name
-    if not path.is_file():
-        raise LmgridError(f"{path}: not in the snapshot (the run wrote no such table)")
-    return pd.read_csv(path)
-
-
-def _blank(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _num(v, spec: str = ",.2f") -> str:

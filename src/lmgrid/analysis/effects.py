@@ -303,6 +303,16 @@ def non_monotone(step_verdicts: pd.Series) -> bool:
 # The trend row's verdict columns beyond the pooled direction: (column, slope test prefix).
 VERDICTS = {"at_matched_positions": "matched", "at_matched_lags": "end_matched", "padding_free": "padfree",
             "padding_free_at_matched_positions": "padfree_matched", "padding_free_at_matched_lags": "padfree_end"}
+# The slopes on n_step whose difference between scales (the scale x n interaction, orchestration.scales) is tested:
+# answer -> (slope, interval low, high, df columns of gates_effect.csv); files written before a column existed give
+# n/a.  INTERACTION_LABELS: each answer as the pages name it.
+INTERACTIONS = {
+    "pooled": ("slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df"),
+    **{answer: (f"{p}_slope", f"{p}_ci_low", f"{p}_ci_high", f"{p}_df") for answer, p in
+       (("matched", "matched"), ("end_aligned", "end_matched"), ("padding_free", "padfree"),
+        ("padding_free_end_aligned", "padfree_end"))}}
+INTERACTION_LABELS = {"pooled": "pooled", "matched": "start-aligned", "end_aligned": "end-aligned",
+                      "padding_free": "padding-free", "padding_free_end_aligned": "padding-free end-aligned"}
 
 
 def _directions(trends: pd.DataFrame, steps: pd.DataFrame, per_pos: pd.DataFrame) -> None:

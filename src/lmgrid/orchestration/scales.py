@@ -29,13 +29,6 @@ OUTPUTS = ("csv", "md", "html")
 # positions every n_step shares.  Two scales agree on an answer when their verdicts are the same words (kept as a
 # description only: a verdict word differs with power, so the scale x n interaction is tested, INTERACTIONS).
 ANSWERS = {"pooled": "direction", "matched": "at_matched_positions"}
-# The slopes on n_step whose difference between scales (the scale x n interaction) is tested: answer -> (slope,
-# interval low, high, df columns of gates_effect.csv).  Files written before a column existed give n/a.
-INTERACTIONS = {
-    "pooled": ("slope_per_nstep", "slope_ci_low", "slope_ci_high", "slope_df"),
-    **{answer: (f"{p}_slope", f"{p}_ci_low", f"{p}_ci_high", f"{p}_df") for answer, p in
-       (("matched", "matched"), ("end_aligned", "end_matched"), ("padding_free", "padfree"),
-        ("padding_free_end_aligned", "padfree_end"))}}
 
 
 def mtime_stamp(entries) -> str:
@@ -127,12 +120,9 @@ def run_scales(snakemake_cmd: list[str], configfiles=(), assignments: str = "") 
 # ---- the comparison -----------------------------------------------------------------------------------------
 
 def _fmt_slope(m: float, lo: float, hi: float, df, p: float) -> str:
-    import pandas as pd
+    from lmgrid.analysis.docs_io import slope_text
 
-    if pd.isna(m):
-        return "n/a"
-    ci = "" if pd.isna(lo) else f" [{lo:+.4f}, {hi:+.4f}]" + ("" if pd.isna(df) else f" (t, df {int(df)})")
-    return f"{m:+.4f}{ci}, p_H " + ("n/a" if pd.isna(p) else f"{p:.3g}")
+    return slope_text(m, lo, hi, p, df)
 
 
 def _fmt_diff(d: float, lo: float, hi: float, df, p: float, verdict: str) -> str:
@@ -193,7 +183,7 @@ def interactions(rows: "pd.DataFrame", keys: list[str]) -> "pd.DataFrame":
     import numpy as np
     from scipy import stats
 
-    from lmgrid.analysis.effects import holm, simultaneous
+    from lmgrid.analysis.effects import INTERACTIONS, holm, simultaneous
 
     out = rows.copy()
     for answer in INTERACTIONS:
@@ -236,6 +226,8 @@ def interactions(rows: "pd.DataFrame", keys: list[str]) -> "pd.DataFrame":
 def write_comparison(rows: "pd.DataFrame", scales: list[tuple[str, str]], csv_path, md_path, html_path) -> None:
     """scales: (label, what it is) for the note.  CSV: every column; Markdown and HTML: the answers side by side."""
     import pandas as pd
+
+    from lmgrid.analysis.effects import INTERACTIONS
 
     with atomic_write(csv_path) as fh:
         rows.to_csv(fh, index=False, float_format="%.6g")
