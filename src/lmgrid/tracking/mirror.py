@@ -1,5 +1,6 @@
 """Mirror run folders and study outputs into MLflow: one experiment per corpus, one run per grid cell,
-one run per study.  The aggregation job is the only writer (sqlite allows one at a time).
+one run per study.  The aggregation job is the only writer within one Snakemake run; runs sharing one sqlite
+store take turns through its writer lock (lmgrid.tracking.store_lock).
 
 Idempotent: each MLflow run carries the tag `lmgrid.run_key` (the run folder, or `study:<name>`) and a
 hash of the files it mirrors.  A sync finds runs by that tag; an unchanged run is left alone, a changed one
@@ -26,7 +27,7 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import RunKey, all_runs, expand_study
-from lmgrid.tracking import artifact_store
+from lmgrid.tracking import artifact_store, store_lock
 from lmgrid.analysis.collect import read_benchmark, read_gates, read_log
 from lmgrid.analysis.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR
 from lmgrid.run.live import check_mlflow
@@ -494,7 +495,14 @@ def registered_name(experiment: str, key: RunKey) -> str:
 def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "",
          data_settings: dict | None = None, register_models: bool = False, combinations: list = ()) -> dict:
     """Sync every run of every study, then one run per study; returns counts and run ids.  `data_settings`: the
-    config's corpus and vocab sections, logged as params with the dataset inputs."""
+    config's corpus and vocab sections, logged as params with the dataset inputs.  Holds the store's writer lock
+    throughout (lmgrid.tracking.store_lock), from MLflow's schema creation to the last run."""
+    with store_lock.writing(uri):
+        return _sync(uri, corpus, studies, root, experiment_prefix, data_settings, register_models, combinations)
+
+
+def _sync(uri: str, corpus: str, studies: dict, root: str | Path, experiment_prefix: str, data_settings: dict | None,
+          register_models: bool, combinations: list) -> dict:
     root = Path(root)
     syncer = Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings), register_models)
     membership: dict[RunKey, list[str]] = {}

@@ -53,16 +53,20 @@ def ensure(client, experiment_id: str) -> None:
 
 def urls(tracking_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, address) for every active lmgrid experiment of the store (those with the experiment-kind
-    tag the mirror sets), each given the view first."""
+    tag the mirror sets), each given the view first, under the store's writer lock (it writes tags, and opening a
+    fresh or older store creates or migrates its schema)."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    out = []
-    for exp in client.search_experiments():
-        if all(exp.tags.get(k) == v for k, v in EXPERIMENT_KIND.items()):
-            ensure(client, exp.experiment_id)
-            out.append((exp.name, url(base, exp.experiment_id)))
-    return out
+    from lmgrid.tracking import store_lock
+
+    with store_lock.writing(tracking_uri):
+        client = MlflowClient(tracking_uri=tracking_uri)
+        out = []
+        for exp in client.search_experiments():
+            if all(exp.tags.get(k) == v for k, v in EXPERIMENT_KIND.items()):
+                ensure(client, exp.experiment_id)
+                out.append((exp.name, url(base, exp.experiment_id)))
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
