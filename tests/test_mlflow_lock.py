@@ -134,3 +134,87 @@ def test_http_store_takes_no_lock(tmp_path, monkeypatch):
             assert lock is None
     assert list(tmp_path.iterdir()) == []
     assert store_lock.lock_path("sqlite:///results/mlflow.db?timeout=20") == Path("results/mlflow.db.lock")
+
+
+# A child of the concurrency test: sync one corpus into the shared store, started together with the other child
+# (both wait for the file `go`).  MLflow checks whether the store's tables exist and then creates them; the
+# child waits after that check until the other child has passed it too (unless it holds the store's lock: then the
+# other cannot get there), so without the lock both create the schema at once, as two Snakemake runs did.
+CHILD = """
+import contextlib, fcntl, sys, time
+from pathlib import Path
+import mlflow.store.db.utils as db_utils
+import mlflow.store.model_registry.sqlalchemy_store, mlflow.store.tracking.sqlalchemy_store
+from lmgrid.tracking import mirror, store_lock
+
+uri, corpus, root, folder, mode, studies = sys.argv[1:]
+folder = Path(folder)
+if mode == "nolock":
+    store_lock.writing = lambda uri: contextlib.nullcontext()
+create = db_utils._initialize_tables
+
+
+def held(lock):
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+def widened(engine):
+    db_utils._initialize_tables = create
+    (folder / f"inside-{corpus}").touch()
+    for _ in range(2400):  # at most 2 min: a bound against hanging, never reached when it works
+        if held(store_lock.lock_path(uri)) or len(list(folder.glob("inside-*"))) == 2:
+            break
+        time.sleep(0.05)
+    create(engine)
+    if mode == "nolock":  # the control: the race is in the schema's creation, the rest would only cost time
+        sys.exit(0)
+
+
+db_utils._initialize_tables = widened
+(folder / f"ready-{corpus}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.01)
+mirror.sync(uri, corpus, __import__("json").loads(studies), root)
+"""
+
+
+def sync_both_at_once(results: Path, folder: Path, mode: str) -> tuple[str, list[subprocess.CompletedProcess]]:
+    """Two processes sync corpora aa and bb into one fresh sqlite store at the same moment; their results."""
+    folder.mkdir()
+    uri = f"sqlite:///{folder}/mlflow.db"
+    env = {**__import__("os").environ, "PYTHONPATH": SRC}
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, uri, c, str(results), str(folder), mode,
+                                  json.dumps(STUDIES)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True) for c in CORPORA]
+    while len(list(folder.glob("ready-*"))) < len(CORPORA) and all(c.poll() is None for c in children):
+        time.sleep(0.02)
+    (folder / "go").touch()
+    done = [subprocess.CompletedProcess(c.args, c.wait(timeout=300), c.communicate()[0]) for c in children]
+    return uri, done
+
+
+def test_two_syncs_into_one_fresh_store_both_succeed(results, tmp_path):
+    """The symptom: two Snakemake runs of other corpora sync into one fresh results/mlflow.db at once; both succeed
+    and both corpora's runs (a cell and a study each) are in the store.  Kills: the sync without the lock (control,
+    run here: with store_lock.writing a no-op in both children, both create MLflow's schema at once and one fails,
+    e.g. `table params already exists` or `duplicate column name: step`; 5 failures in 5 tries).  The deterministic
+    test of the lock itself is test_sync_holds_the_store_lock_while_it_writes; this one costs two fresh schema
+    creations (MLflow's migrations: seconds each)."""
+    from mlflow import MlflowClient
+
+    uri, done = sync_both_at_once(results, tmp_path / "locked", "lock")
+    assert [d.returncode for d in done] == [0, 0], "\n".join(d.stdout[-3000:] for d in done)
+    client = MlflowClient(tracking_uri=uri)
+    for corpus in CORPORA:
+        exp = client.get_experiment_by_name(corpus)
+        runs = client.search_runs([exp.experiment_id])
+        assert sorted(r.data.tags[mirror.TAG_KIND] for r in runs) == ["cell", "study"], corpus
+
+    _, done = sync_both_at_once(results, tmp_path / "unlocked", "nolock")
+    assert any(d.returncode != 0 for d in done), "control: both created the schema at once without a failure"
