@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -141,7 +142,7 @@ def test_http_store_takes_no_lock(tmp_path, monkeypatch):
 # child waits after that check until the other child has passed it too (unless it holds the store's lock: then the
 # other cannot get there), so without the lock both create the schema at once, as two Snakemake runs did.
 CHILD = """
-import contextlib, fcntl, sys, time
+import contextlib, fcntl, json, sys, time
 from pathlib import Path
 import mlflow.store.db.utils as db_utils
 import mlflow.store.model_registry.sqlalchemy_store, mlflow.store.tracking.sqlalchemy_store
@@ -180,7 +181,7 @@ db_utils._initialize_tables = widened
 (folder / f"ready-{corpus}").touch()
 while not (folder / "go").exists():
     time.sleep(0.01)
-mirror.sync(uri, corpus, __import__("json").loads(studies), root)
+mirror.sync(uri, corpus, json.loads(studies), root)
 """
 
 
@@ -188,7 +189,7 @@ def sync_both_at_once(results: Path, folder: Path, mode: str) -> tuple[str, list
     """Two processes sync corpora aa and bb into one fresh sqlite store at the same moment; their results."""
     folder.mkdir()
     uri = f"sqlite:///{folder}/mlflow.db"
-    env = {**__import__("os").environ, "PYTHONPATH": SRC}
+    env = {**os.environ, "PYTHONPATH": SRC}
     children = [subprocess.Popen([sys.executable, "-c", CHILD, uri, c, str(results), str(folder), mode,
                                   json.dumps(STUDIES)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True) for c in CORPORA]
