@@ -200,6 +200,7 @@ def sync_both_at_once(results: Path, folder: Path, mode: str) -> tuple[str, list
     return uri, done
 
 
+@pytest.mark.slow  # two fresh MLflow schemas in child processes: about 30 s on a 2-core machine
 def test_two_syncs_into_one_fresh_store_both_succeed(results, tmp_path):
     """The symptom: two Snakemake runs of other corpora sync into one fresh results/mlflow.db at once; both succeed
     and both corpora's runs (a cell and a study each) are in the store.  Kills: the sync without the lock (control,
