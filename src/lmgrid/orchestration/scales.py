@@ -119,12 +119,6 @@ def run_scales(snakemake_cmd: list[str], configfiles=(), assignments: str = "") 
 
 # ---- the comparison -----------------------------------------------------------------------------------------
 
-def _fmt_slope(m: float, lo: float, hi: float, df, p: float) -> str:
-    from lmgrid.analysis.docs_io import slope_text
-
-    return slope_text(m, lo, hi, p, df)
-
-
 def _fmt_diff(d: float, lo: float, hi: float, df, p: float, verdict: str) -> str:
     import pandas as pd
 
@@ -227,6 +221,7 @@ def write_comparison(rows: "pd.DataFrame", scales: list[tuple[str, str]], csv_pa
     """scales: (label, what it is) for the note.  CSV: every column; Markdown and HTML: the answers side by side."""
     import pandas as pd
 
+    from lmgrid.analysis.docs_io import slope_text
     from lmgrid.analysis.effects import INTERACTIONS
 
     with atomic_write(csv_path) as fh:
@@ -234,14 +229,14 @@ def write_comparison(rows: "pd.DataFrame", scales: list[tuple[str, str]], csv_pa
     show = pd.DataFrame({
         "model": rows["model"], "layer": rows["layer"] + 1, "gate": rows["gate"],
         "scale": rows["scale"], "study": rows["study"], "seeds": rows["seeds"],
-        "pooled slope per n, 95% CI": [_fmt_slope(*v) for v in zip(
+        "pooled slope per n, 95% CI": [slope_text(*v) for v in zip(
             rows.get("slope_per_nstep", []), rows.get("slope_ci_low", []), rows.get("slope_ci_high", []),
-            rows.get("slope_df", []), rows.get("slope_p_holm", []))],
+            rows.get("slope_p_holm", []), rows.get("slope_df", []))],
         "pooled": rows.get("direction", []),
         "matched at": rows.get("matched_positions", []),
-        "matched slope per n, 95% CI": [_fmt_slope(*v) for v in zip(
+        "matched slope per n, 95% CI": [slope_text(*v) for v in zip(
             rows.get("matched_slope", []), rows.get("matched_ci_low", []), rows.get("matched_ci_high", []),
-            rows.get("matched_df", []), rows.get("matched_p_holm", []))],
+            rows.get("matched_p_holm", []), rows.get("matched_df", []))],
         "at matched positions": rows.get("at_matched_positions", []),
         **{f"scale x n, {answer.replace('_', ' ')}: Δ slope, sim. 95% CI": [_fmt_diff(*v) for v in zip(
             rows[f"{answer}_diff"], rows[f"{answer}_diff_sim_low"], rows[f"{answer}_diff_sim_high"],

@@ -26,6 +26,14 @@ LOCAL_ROOT = "mlartifacts"  # beside the sqlite database
 SQLITE = "sqlite:///"
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a sqlite tracking URI (as MLflow resolves it: relative to the current folder unless
+    absolute; sqlite URIs may carry ?timeout=... options), None for any other store."""
+    if not tracking_uri.startswith(SQLITE):
+        return None
+    return Path(tracking_uri[len(SQLITE):].split("?", 1)[0])
+
+
 def experiment_location(tracking_uri: str, experiment: str) -> str | None:
     """The artifact location to create an experiment with (None: the tracking server's default)."""
     return f"{SCHEME}:/{experiment}" if tracking_uri.startswith(SQLITE) else None
@@ -33,7 +41,7 @@ def experiment_location(tracking_uri: str, experiment: str) -> str | None:
 
 def local_root(tracking_uri: str) -> Path:
     """The folder `mlflow-artifacts:/` stands for with a sqlite store: mlartifacts/ beside the database."""
-    return Path(tracking_uri[len(SQLITE):]).resolve().parent / LOCAL_ROOT
+    return sqlite_path(tracking_uri).resolve().parent / LOCAL_ROOT
 
 
 def repository(artifact_uri: str, tracking_uri: str | None = None, registry_uri: str | None = None):

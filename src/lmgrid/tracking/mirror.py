@@ -53,8 +53,9 @@ def client_for(uri: str):
     from mlflow import MlflowClient
 
     check_mlflow({"tracking_uri": uri}, source="--tracking-uri")
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    db = artifact_store.sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
     artifact_store.install()
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 

@@ -17,7 +17,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-SQLITE = "sqlite:///"
+from lmgrid.tracking.artifact_store import sqlite_path
+
 LOCK_SUFFIX = ".lock"
 # How long a writer waits quietly before it says which lock holds it up, and how often it tries meanwhile.
 QUIET_WAIT_S = 1.0
@@ -25,12 +26,9 @@ POLL_S = 0.05
 
 
 def lock_path(tracking_uri: str) -> Path | None:
-    """The lock file of a sqlite tracking URI (`<db>.lock`, the database path as MLflow resolves it: relative to
-    the current folder unless absolute), None for any other store."""
-    if not tracking_uri.startswith(SQLITE):
-        return None
-    db = Path(tracking_uri[len(SQLITE):].split("?", 1)[0])  # sqlite URIs may carry ?timeout=... options
-    return db.with_name(db.name + LOCK_SUFFIX)
+    """The lock file of a sqlite tracking URI (`<db>.lock` beside the database), None for any other store."""
+    db = sqlite_path(tracking_uri)
+    return None if db is None else db.with_name(db.name + LOCK_SUFFIX)
 
 
 @contextmanager
