@@ -72,3 +72,22 @@ def test_the_report_page_shows_the_budget_figure_findings_and_table(tmp_path, mo
     shutil.rmtree(out)
     assert report_page.budget_section(out.parent) == "" and 'id="budget"' not in report_page.page(
         tmp_path / "results", "toy", {})
+
+
+def states_the_study_cost(text: str, runs: int, cpu_min: float) -> bool:
+    return f"Training the study's {runs} neural models (every width and seed, chosen or not) took **{cpu_min:,.1f} " \
+           "CPU-minutes**" in text
+
+
+def test_the_budget_block_states_the_training_cost_of_every_width_and_seed(tmp_path):
+    """The study's cost is every trained model's CPU time, the widths not chosen included: here 24 models of
+    60 CPU-s each, 24.0 CPU-minutes.  Kills: a sum over the chosen widths only (12.0), and a sum of the per-row
+    means that forgets the seeds (8.0).  The negative control: the same check against the chosen rows alone
+    fails."""
+    out = _budget_dir(tmp_path)
+    table = pd.read_csv(out / "compute.csv")
+    neural = table[table["kind"] == "neural"]
+    assert len(neural) == 8 and (neural["seeds"] == 3).all()
+    assert states_the_study_cost(docs_tables._budget_cost(neural), 24, 24.0)
+    chosen_only = neural[neural["chosen"].astype(str).str.lower() == "true"]  # the negative control
+    assert not states_the_study_cost(docs_tables._budget_cost(chosen_only), 24, 24.0)

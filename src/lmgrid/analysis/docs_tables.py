@@ -176,7 +176,7 @@ def budget(snap: Path, _arg: str = "") -> str:
     refs = t[t["kind"] == "ngram"]
     ref_line = "; ".join(f"{r.display} {_num(r.test_ppl_mean)} ({_num(r.cpu_min_mean)} CPU-min)"
                          for r in refs.itertuples())
-    parts = [markdown_table(show)]
+    parts = [markdown_table(show), _budget_cost(neural)]
     if ref_line:
         parts.append(f"References (test PPL): {ref_line}.")
     parts.append("Separated by their intervals, per budget:\n\n" + "\n".join(separations(picked)))
@@ -184,6 +184,17 @@ def budget(snap: Path, _arg: str = "") -> str:
         parts.append(f"![Test PPL against training compute, one line per architecture at its chosen widths]"
                      f"(/docs/results/{snap.name}/budget/ppl_vs_compute.png)")
     return "\n\n".join(parts)
+
+
+def _budget_cost(neural: pd.DataFrame) -> str:
+    """The study's training cost: every width's every seed, chosen or not (compute.csv has each row's mean over its
+    seeds, so mean x seeds is the row's total).  The snapshot's own run.json times only the config's run, the
+    n-grams and the comparison: each budget and width is a scale, a Snakemake run of its own."""
+    runs = int(neural["seeds"].sum())
+    total_min = float((neural["cpu_min_mean"] * neural["seeds"]).sum())
+    return (f"Training the study's {runs} neural models (every width and seed, chosen or not) took "
+            f"**{_num(total_min, ',.1f')} CPU-minutes**, each model's own process CPU time (metrics.json `cpu_s`) "
+            "summed.")
 
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
