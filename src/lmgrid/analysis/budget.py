@@ -132,7 +132,7 @@ def separations(table: pd.DataFrame) -> list[str]:
                 else:
                     together.append(f"{a.display} / {b.display}")
         flops = g["budget_flops"].iloc[0]
-        widths = ", ".join(f"{r.display} {r.width}" for r in g.sort_values("display").itertuples())
+        widths = ", ".join(f"{r.display} {r.width:g}" for r in g.sort_values("display").itertuples())
         lines.append(f"- **{budget}** ({flops:.3g} training FLOPs; widths chosen on valid: {widths}): separated: "
                      f"{'; '.join(apart) or 'none'}. Overlapping: {'; '.join(together) or 'none'}.")
     return lines

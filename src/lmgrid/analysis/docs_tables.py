@@ -169,7 +169,7 @@ def budget(snap: Path, _arg: str = "") -> str:
         "budget": picked["budget"], "FLOPs": picked["budget_flops"].map(lambda v: f"{v:.3g}"),
         "model": picked["display"], "width (chosen on valid)": picked["width"].map(lambda v: _num(v, "g")),
         "widths tried": [tried[(b, m)] for b, m in zip(picked["budget"], picked["model"])],
-        "seeds": picked["seeds"], "test PPL": [_mean_std(m, s) for m, s in
+        "seeds": picked["seeds"].astype(int), "test PPL": [_mean_std(m, s) for m, s in
                                              zip(picked["test_ppl_mean"], picked["test_ppl_std"])],
         "95% t interval": [_interval(lo, hi) for lo, hi in zip(picked["test_ppl_ci_low"], picked["test_ppl_ci_high"])],
         "valid PPL": picked["valid_ppl_mean"].map(_num), "CPU-min": picked["cpu_min_mean"].map(_num)})
