@@ -15,8 +15,8 @@ TOL = dict(rtol=1e-5, atol=1e-5)  # tests/test_models.py's
 def make():
     """In float64: the two formulations multiply matrices of other shapes (one query row or seven), which a CPU's
     BLAS sums in other orders, and the LayerNorm backward's cancellations magnify that.  In float32 the gradients
-    differed by 1.3e-5 to 2.5e-5 relative on an AMD EPYC (2026-11-28), past TOL, and by less on an Intel Xeon; in
-    float64 they agree to 1e-13 on either, so the check depends on the formulation, not on the CPU."""
+    differed by 1.3e-5 to 2.5e-5 relative on an AMD EPYC (2026-11-28), past TOL (within it on the Intel Xeon of
+    earlier CI runs); in float64 they agree to 1e-13, so the check depends on the formulation, not on the CPU."""
     torch.manual_seed(0)
     return build_model(model_config_defaults(arch="transformer", vocab_size=V, hidden_dim=D, heads=4, layers=2,
                                              context_len=T, max_len=2 * T, dropout=0.0)).double().train()
