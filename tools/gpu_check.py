@@ -45,7 +45,9 @@ PRESET = "presets/ptb-paper-medium.yaml"
 STUDY, ARCH = "paper_medium", "lstm"  # the medium cell: LSTM 2x650, stream regime
 # The GPU-path tests (issue 30).  tests/test_gpu_workflow.py needs Snakemake: collected, and skipped there.  Not
 # tests/test_precision.py: its CPU tests train with accelerator auto, which picks the GPU where there is one.
-TEST_FILES = ("tests/test_gpu_path.py", "tests/test_gpu_workflow.py")
+# tests/test_budget_schedule.py trains with accelerator auto, so on the GPU machine it checks there that a budget
+# schedule ends at its budget and that a run killed mid-schedule resumes to the uninterrupted result (issue 46).
+TEST_FILES = ("tests/test_gpu_path.py", "tests/test_gpu_workflow.py", "tests/test_budget_schedule.py")
 PTB_CANDIDATES = (REPO.parent / "shared" / "data" / "ptb", REPO / "shared" / "data" / "ptb")
 SMALL_SENTENCES = {"train": 2000, "valid": 200, "test": 200}  # the corpus of the one-step runs of every arch
 
