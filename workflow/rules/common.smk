@@ -19,6 +19,7 @@ from lmgrid.run.key import (NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, 
                             beside_runs)
 from lmgrid.common import plugins
 from lmgrid.run.gate_facts import check_workflow_gates
+from lmgrid.orchestration.job_order import train_priority
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.
@@ -178,6 +179,11 @@ def train_gpu(wildcards):
     if not _devices(wildcards):
         return 0
     return asks_for_gpus(cell_spec(wildcards).placement["device"], _devices(wildcards))
+
+
+# Longest training jobs first, every one before the test-time jobs (lmgrid.orchestration.job_order).
+def train_job_priority(wildcards):
+    return train_priority(cell_spec(wildcards))
 
 
 def train_placement(wildcards):

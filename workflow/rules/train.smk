@@ -32,6 +32,8 @@ rule train:
         **TRIGGER_PARAMS,
         placement=train_placement,
     threads: train_threads
+    # The longest first when slots are short (its planned training FLOPs), and before any test-time job.
+    priority: train_job_priority
     resources:
         mem_mb=train_mem_mb,
         runtime=train_runtime,
@@ -64,9 +66,6 @@ use rule train as train_gated with:
         log_csv=f"{RUN_DIR}/log.csv",
         model=f"{RUN_DIR}/model.ckpt",
         gates=f"{RUN_DIR}/gates.csv",
-    # Started first when slots are short: the 2-layer gated nets are usually the longest jobs, and a grid
-    # finishes sooner when its longest jobs do not start last (the PTB seed_table on 2 slots).
-    priority: 1
     wildcard_constraints:
         arch="lstm|gru",
 

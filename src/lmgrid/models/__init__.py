@@ -15,26 +15,33 @@
 """
 from __future__ import annotations
 
-import torch
-from torch import nn
-
 from lmgrid.models.config import IMPLS, ModelConfig
-from lmgrid.models.ffnn import FFNNLM
-from lmgrid.models.gru import GRULM
-from lmgrid.models.lstm import LSTMLM
-from lmgrid.models.rnn import RNNLM
-from lmgrid.models.transformer import TransformerLM
 
-ARCHS = {"ffnn": FFNNLM, "rnn": RNNLM, "lstm": LSTMLM, "gru": GRULM, "transformer": TransformerLM}
+# The classes (and torch) load on first use: lmgrid.models.flops and lmgrid.models.clusters are imported when the
+# workflow plans its jobs, which must not import torch (tests/test_workflow.py).
+_CLASSES = {"FFNNLM": "ffnn", "RNNLM": "rnn", "LSTMLM": "lstm", "GRULM": "gru", "TransformerLM": "transformer"}
 
 __all__ = ["ARCHS", "IMPLS", "ModelConfig", "build_model", "FFNNLM", "RNNLM", "LSTMLM", "GRULM", "TransformerLM"]
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
+def __getattr__(name: str):
+    import importlib
+
+    if name in _CLASSES:
+        return getattr(importlib.import_module(f"lmgrid.models.{_CLASSES[name]}"), name)
+    if name == "ARCHS":
+        return {arch: __getattr__(cls) for cls, arch in _CLASSES.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_model(cfg: ModelConfig) -> "torch.nn.Module":
     """The model cfg describes; raises LmgridError (one line naming the key and value) on a bad config."""
+    import torch
+
     cfg.validate()
-    if cfg.arch in ARCHS:
-        model = ARCHS[cfg.arch](cfg)
+    archs = __getattr__("ARCHS")
+    if cfg.arch in archs:
+        model = archs[cfg.arch](cfg)
     else:  # a plug-in (validate checked it is registered): the user's class under lmgrid's output layer
         from lmgrid.models.plugin import PluginLM, plugin_class
 

@@ -34,8 +34,6 @@ everything in float32, 11 ms with bf16 products, against the full softmax's 114 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,28 +42,8 @@ from lmgrid.common.errors import LmgridError
 
 from lmgrid.models.common import INIT_RANGE, OutputHead
 from lmgrid.models.config import ModelConfig
-
-HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
-DIV_VALUE = 4  # tail cluster i (from 1) projects to hidden / DIV_VALUE**i dimensions when untied
-
-
-def adaptive_cutoffs(counts, coverage=(HEAD_COVERAGE, TAIL_COVERAGE)) -> list[int]:
-    """Cluster boundaries (ids) from the training counts by id (lmgrid.data.vocab order); the rule is the module's."""
-    counts = [max(int(c), 0) for c in counts]
-    size, total = len(counts), sum(counts)
-    if size < 2 or total == 0:
-        raise LmgridError(f"output_layer adaptive: a vocabulary of {size} entries with {total} training tokens has "
-                          "no frequencies to cut into clusters")
-    step = max(1, 10 ** (int(math.log10(size)) - 2))
-    cutoffs, running, i = [], 0, 0
-    for share in coverage:
-        while running < share * total:
-            running += counts[i]
-            i += 1
-        cut = min(max(round(i / step) * step, 1), size - 1)
-        if not cutoffs or cut > cutoffs[-1]:
-            cutoffs.append(cut)
-    return cutoffs
+# The cluster rule is torch-free (the workflow costs a model when it plans, without torch): re-exported here.
+from lmgrid.models.clusters import DIV_VALUE, HEAD_COVERAGE, TAIL_COVERAGE, adaptive_cutoffs  # noqa: F401
 
 
 def _uniform(*shape) -> nn.Parameter:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from lmgrid.common.errors import LmgridError
 
-from lmgrid.models.adaptive import DIV_VALUE
+from lmgrid.models.clusters import DIV_VALUE
 from lmgrid.models.config import ModelConfig
 
 TRAIN_FACTOR = 3  # forward + backward (two products per forward product); see the module's docstring

@@ -216,7 +216,7 @@ class RunSpec:
     def model_config(self, vocab) -> dict:
         """ModelConfig's values for this run (every one of them from the spec, none from ModelConfig), given the
         vocabulary (lmgrid.data.vocab.Vocab): its size and, for the adaptive softmax, the clusters cut from its counts."""
-        from lmgrid.models.adaptive import adaptive_cutoffs
+        from lmgrid.models.clusters import adaptive_cutoffs
 
         hp, window = self.hparams, self.regime == "window"
         config = {"arch": self.arch, "vocab_size": len(vocab), "impl": self.impl, "layers": self.layers,
