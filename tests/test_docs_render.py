@@ -282,16 +282,17 @@ def test_a_cited_published_figure_or_a_setting_passes_and_an_uncited_one_does_no
 def test_a_resumed_run_whose_models_predate_the_carried_cpu_time_says_it_is_a_lower_bound(tmp_path, monkeypatch):
     """A run resumed once, whose two trained models have cpu_s but no `attempts` (recorded before metrics.json
     carried a resumed run's earlier attempts over). Kills: rendering their summed CPU time as the whole (the
-    caveat dropped or never counted). In-test control: the same run with `attempts` recorded gets no caveat."""
+    caveat dropped or never counted), and counting an n-gram model, which has no attempts to carry, among them.
+    In-test controls: the same run with `attempts` recorded gets no caveat, nor one whose models are n-grams."""
     h = 3600.0
     t0 = 1_800_000_000.0
     results = tmp_path / "results" / "toy"
     _benchmarks(results, [("a.tsv", h, t0 + h), ("b.tsv", h, t0 + 10 * h)])
     snap = tmp_path / "docs" / "results" / "toy"
 
-    def rendered(attempts):
+    def rendered(attempts, arch=(None, None)):
         runs = pd.DataFrame({c: [None, None] for c in docs_snapshot.RUNS_COLUMNS})
-        runs["cpu_s"], runs["attempts"] = [600.0, 900.0], attempts
+        runs["cpu_s"], runs["attempts"], runs["arch"] = [600.0, 900.0], attempts, list(arch)
         monkeypatch.setattr(docs_snapshot, "runs_table", lambda _results: runs)
         docs_snapshot.snapshot(results, snap)
         return docs_tables.timing(snap)
@@ -300,3 +301,6 @@ def test_a_resumed_run_whose_models_predate_the_carried_cpu_time_says_it_is_a_lo
     assert "25 min 00 s of CPU time at least (2 of them were recorded before" in old, old
     carried = rendered([1, 2])
     assert "25 min 00 s of CPU time, the other jobs" in carried and "at least" not in carried, carried
+    ngrams = rendered([None, None], arch=("mkn", "kn"))
+    assert "25 min 00 s of CPU time, the other jobs" in ngrams and "at least" not in ngrams, ngrams
+    assert "(1 of them were recorded" in rendered([None, None], arch=("mkn", "lstm"))

@@ -38,6 +38,7 @@ import pandas as pd
 from lmgrid.analysis.collect import read_benchmark
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write, write_json
+from lmgrid.run.key import NGRAM_ARCHS
 from lmgrid.run.record import RECORD_FILE, RunRecord
 
 # The result files the docs render from, relative to results/<corpus>/ (those that exist are copied).
@@ -119,9 +120,11 @@ def timing(results: Path, runs: pd.DataFrame) -> dict:
            "job_wall_s": round(job_wall, 1), "jobs": len(spans),
            "train_cpu_s": round(float(runs["cpu_s"].fillna(0).sum()), 1), "jobs_cpu_s": round(jobs_cpu, 1)}
     # A run recorded before metrics.json carried a resumed run's earlier attempts (no `attempts`) counts only its
-    # last process; in a resumed run such models make train_cpu_s a lower bound, which the docs then say.
+    # last process; in a resumed run such models make train_cpu_s a lower bound, which the docs then say.  An n-gram
+    # model has no attempts to carry (one process, no checkpoint): never one of them.
     if resumptions:
-        out["train_cpu_last_attempt_only"] = int((runs["cpu_s"].notna() & runs["attempts"].isna()).sum())
+        neural = ~runs["arch"].isin(NGRAM_ARCHS)
+        out["train_cpu_last_attempt_only"] = int((neural & runs["cpu_s"].notna() & runs["attempts"].isna()).sum())
     # `make run`'s last step, the HTML report, records its wall time beside the corpora (one file for every corpus):
     # it is this run's when it ended after the run's last job.
     report = results.parent / "benchmarks" / "report.tsv"
