@@ -2,7 +2,6 @@
 the most planned training FLOPs first, and every training job before the test-time jobs that wait on none of it."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -70,15 +69,12 @@ def test_the_corpus_vocabulary_is_used_once_it_exists(tmp_path):
     assert job_order.planned_train_kflop(spec) < job_order.planned_train_kflop(nominal)
 
 
-def dry_run_priorities(workdir: Path, snakefile_repo: Path, repo: Path) -> dict[str, list[tuple[str, int]]]:
-    """rule -> [(its job's wildcards, priority)] from a dry run's job blocks (0 where a block shows none)."""
+def dry_run_priorities(workdir: Path, snakefile_repo: Path) -> dict[str, list[tuple[str, int]]]:
+    """rule -> [(its job's wildcards, priority)] from a dry run's job blocks (0 where a block shows none); the
+    caller sets LMGRID_VERBOSE=1, which prints the blocks."""
     write_config(workdir, {**TINY, "studies": {"g": {"arch": ["lstm", "ffnn"], "n_step": [3], "layers": [1, 2]}},
                            "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "log_every": 0}})
-    os.environ["LMGRID_VERBOSE"] = "1"
-    try:
-        r = snakemake(workdir, snakefile_repo, "-n")
-    finally:
-        del os.environ["LMGRID_VERBOSE"]
+    r = snakemake(workdir, snakefile_repo, "-n")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     jobs: dict[str, list[tuple[str, int]]] = {}
     for block in re.split(r"^(?:local)?rule ", r.stdout, flags=re.M)[1:]:
@@ -102,11 +98,12 @@ def workflow_problems(jobs) -> list[str]:
 
 
 @pytest.mark.full  # dry runs of the workflow (tests/tiers.py)
-def test_the_workflow_gives_each_training_job_its_priority(tmp_path, repo):
+def test_the_workflow_gives_each_training_job_its_priority(tmp_path, repo, monkeypatch):
     """The rule carries the priority to the jobs.  Kills: the train rule without `priority: train_job_priority`
     (the control: a copy of the workflow with that line removed, dry-run the same way)."""
+    monkeypatch.setenv("LMGRID_VERBOSE", "1")
     (tmp_path / "run").mkdir()
-    assert workflow_problems(dry_run_priorities(tmp_path / "run", repo, repo)) == []
+    assert workflow_problems(dry_run_priorities(tmp_path / "run", repo)) == []
 
     mutant = tmp_path / "mutant"
     mutant.mkdir()
@@ -118,4 +115,4 @@ def test_the_workflow_gives_each_training_job_its_priority(tmp_path, repo):
     assert "    priority: train_job_priority\n" in text
     rules.write_text(text.replace("    priority: train_job_priority\n", ""))
     (tmp_path / "run2").mkdir()
-    assert workflow_problems(dry_run_priorities(tmp_path / "run2", mutant, repo))
+    assert workflow_problems(dry_run_priorities(tmp_path / "run2", mutant))

@@ -37,6 +37,7 @@ import torch
 from lmgrid.models import build_model
 from lmgrid.run.spec import model_config_defaults
 from lmgrid.models.adaptive import adaptive_cutoffs
+from lmgrid.models.clusters import ZIPF_EXPONENT
 from lmgrid.models.flops import TRAIN_FACTOR, cluster_fractions, flops_per_token
 from lmgrid.bench.peak import DEFAULT_FMA_UNITS, FMA_UNITS_ENV, core_peak, fraction_of_peak
 from lmgrid.common.errors import LmgridError
@@ -57,7 +58,6 @@ MODELS = {
 }
 
 
-ZIPF_EXPONENT = 1.05
 
 
 def zipf_law(vocab: int) -> torch.Tensor:

@@ -38,8 +38,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmgrid.common.errors import LmgridError
-
 from lmgrid.models.common import INIT_RANGE, OutputHead
 from lmgrid.models.config import ModelConfig
 # The cluster rule is torch-free (the workflow costs a model when it plans, without torch): re-exported here.

@@ -12,6 +12,9 @@ from lmgrid.common.errors import LmgridError
 
 HEAD_COVERAGE, TAIL_COVERAGE = 0.87, 0.97
 DIV_VALUE = 4  # tail cluster i (from 1) projects to hidden / DIV_VALUE**i dimensions when untied
+# Word frequencies where no corpus gives them (the benchmark's random tokens, a plan before the vocabulary exists):
+# a Zipf law of this exponent, under which the top 2,000 of 10,000 ids cover about PTB's share of the tokens.
+ZIPF_EXPONENT = 1.05
 
 
 def adaptive_cutoffs(counts, coverage=(HEAD_COVERAGE, TAIL_COVERAGE)) -> list[int]:

@@ -22,12 +22,11 @@ import functools
 from pathlib import Path
 
 from lmgrid.data.vocab import Vocab
-from lmgrid.models.config import ModelConfig
-from lmgrid.models.flops import cluster_fractions, flops_per_token
+from lmgrid.models.clusters import ZIPF_EXPONENT
+from lmgrid.neural.compute_budget import train_flops_per_token
 
 NOMINAL_VOCAB = 10_000  # ids, PTB's size: the output layer's cost when the vocabulary is not built yet
 NOMINAL_TRAIN_TOKENS = 1_000_000  # a train.budget_flops run's tokens are budget_flops / its FLOPs per token
-ZIPF_EXPONENT = 1.05  # word frequencies (lmgrid.bench.archs uses the same law)
 PRIORITY_FLOOR = 1  # above the test-time jobs' 0
 
 
@@ -60,10 +59,8 @@ def planned_train_kflop(spec) -> float:
     """Training kFLOP per token of the training set that a cell (a lmgrid.run.spec.RunSpec) may spend: FLOPs per
     token x its epoch cap, or its FLOP budget over NOMINAL_TRAIN_TOKENS when that is less."""
     vocab = planning_vocab(spec.vocab)
-    cfg = ModelConfig(**spec.model_config(vocab))
-    fractions = cluster_fractions([vocab.counts.get(t, 0) for t in vocab.tokens], cfg.cutoffs) \
-        if cfg.output_layer == "adaptive" else None
-    per_token = flops_per_token(cfg, spec.regime, spec.hparams["bptt"], fractions).train
+    per_token = train_flops_per_token(spec.model_config(vocab), spec.regime, spec.hparams["bptt"],
+                                      [vocab.counts.get(t, 0) for t in vocab.tokens])
     work = per_token * spec.hparams["epochs"]
     budget = spec.hparams.get("budget_flops", 0) or 0
     if budget > 0:
