@@ -112,7 +112,8 @@ def test_probabilities_over_the_vocabulary_sum_to_one(arch, tie, monkeypatch):
     for seed in (1, 2):
         assert max_sum_error(model, contexts(arch, seed)) < 1e-5
     monkeypatch.setattr(AdaptiveHead, "_tail_log_probs",
-                        lambda self, i, x: F.linear(self.tail_proj[i](x), self._rows(i + 1), self.tail_bias[i]))
+                        lambda self, i, x, rows=None: F.linear(self.tail_proj[i](x), self._rows(i + 1),
+                                                                   self.tail_bias[i]))
     assert max_sum_error(model, contexts(arch)) > 1e-3
 
 
@@ -136,7 +137,7 @@ def test_training_loss_is_the_exact_nll(arch, regime, monkeypatch):
     assert int(n) == int((y != IGNORE).sum())
     assert float(nll.detach()) == pytest.approx(float(exact.detach()), rel=1e-6)
     assert (y >= CUTOFFS[0]).any()  # some targets are tail words, so the mutation below changes the sum
-    monkeypatch.setattr(AdaptiveHead, "_tail_nll", lambda self, i, x, word: x.new_zeros(()))
+    monkeypatch.setattr(AdaptiveHead, "_tail_nll", lambda self, i, x, word, rows=None: x.new_zeros(()))
     mutated, _, _ = batch_nll(model, x, y, regime)
     assert float(mutated.detach()) < float(exact.detach()) - 1e-3
 
@@ -152,8 +153,8 @@ def test_every_parameter_gets_a_gradient_when_no_target_is_in_a_tail(monkeypatch
 
     assert missing() == []
     tail_nll = AdaptiveHead._tail_nll
-    monkeypatch.setattr(AdaptiveHead, "_tail_nll", lambda self, i, x, word: (
-        tail_nll(self, i, x, word) if len(word) else x.new_zeros(())))  # the mutation
+    monkeypatch.setattr(AdaptiveHead, "_tail_nll", lambda self, i, x, word, rows=None: (
+        tail_nll(self, i, x, word, rows) if len(word) else x.new_zeros(())))  # the mutation
     assert missing() and all(name.startswith("head.tail_") for name in missing())
 
 
@@ -396,3 +397,39 @@ def test_mlflow_pyfunc_model_scores_like_the_run(trained, tmp_path):
     test = load_split(c["paths"]["test"])
     pred = model.predict(pd.DataFrame({"sentence": [" ".join(s) for s in test]}))
     assert perplexity_of(pred) == pytest.approx(metrics["test"]["ppl"], rel=1e-5)
+
+
+def _tied_table_gradient(model, x, y):
+    """The tied table's gradient after one backward of batch_nll, and the autograd nodes that feed it."""
+    model.zero_grad(set_to_none=True)
+    nll, _, _ = batch_nll(model, x, y, "stream")
+    nll.backward()
+    weight = model.embedding.weight
+    feeders, seen, stack = set(), set(), [nll.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for child, _ in node.next_functions:
+            if child is not None and getattr(child, "variable", None) is weight:
+                feeders.add(node)
+            stack.append(child)
+    return weight.grad.clone(), sorted(type(n).__name__ for n in feeders)
+
+
+def test_tied_rows_backward_through_one_split_to_the_same_gradient(monkeypatch):
+    """Tied, the head's and the tails' rows come from one `split` of the embedding table, so the table's gradient
+    is built by two backward nodes (the embedding's and the split's), not one zero-filled [V, d] tensor per cluster;
+    and that gradient is the per-cluster slices' bit for bit (their rows are disjoint, so adding the other slices'
+    zeros is exact).  Negative control, run here: kills "each cluster's rows sliced on their own" (one feeder per
+    cluster, the slow path this replaced), and shows the comparison tells the two apart by their graphs only."""
+    model = make("lstm", tie=True, dropout=0.0)
+    x, y = tokens(3), tokens(4)
+    assert any(int(t) >= CUTOFFS[1] for t in y.flatten())  # the last tail is in the loss
+    grad, feeders = _tied_table_gradient(model, x, y)
+    assert feeders == ["EmbeddingBackward0", "SplitWithSizesBackward0"]
+    monkeypatch.setattr(AdaptiveHead, "_blocks", lambda self: [self._rows(c) for c in range(len(self.bounds))])
+    sliced_grad, sliced_feeders = _tied_table_gradient(model, x, y)  # the mutation
+    assert sliced_feeders == ["EmbeddingBackward0"] + ["SliceBackward0"] * len(model.head.bounds)
+    assert torch.equal(grad, sliced_grad)

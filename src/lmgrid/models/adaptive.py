@@ -85,6 +85,20 @@ class AdaptiveHead(nn.Module):
             return self._tied[0].weight[lo:self.bounds[cluster]]
         return self.head_words if cluster == 0 else self.tail_words[cluster - 1]
 
+    def _blocks(self) -> list[torch.Tensor]:
+        """Every cluster's output rows, [head words, tail 1, ..]: what one forward pass uses.
+
+        Why one split: tied, each cluster's rows are a slice of the embedding table, and each slice taken on its own
+        has its own backward, which builds a zero-filled [V, d] gradient and adds it to the table's, once per
+        cluster.  One `split` is one backward that concatenates the clusters' gradients into a single [V, d]
+        tensor; the rows are disjoint, so every gradient entry is the same float either way (adding the other
+        slices' zeros is exact), at a fraction of the memory traffic (on PTB's tied RNN 1x600 the zero fills and
+        adds were about a fifth of a training step: docs/benchmarks.md)."""
+        if self._tied is None:
+            return [self._rows(c) for c in range(len(self.bounds))]
+        sizes = [hi - lo for lo, hi in zip([0, *self.bounds[:-1]], self.bounds)]
+        return list(self._tied[0].weight.split(sizes))
+
     def word_vectors(self) -> torch.Tensor:
         """One output vector per word [V, dim], in the space of the features x (after `proj`): word w of tail
         cluster i has within-cluster logit x . (P_i^T r_w), so its vector is P_i^T r_w; a head word's is its row.
@@ -94,25 +108,27 @@ class AdaptiveHead(nn.Module):
             parts.append(self._rows(i + 1) @ proj.weight)  # [n_i, width] @ [width, dim]
         return torch.cat(parts)
 
-    def _head_log_probs(self, x):
-        """log p_head over the head's words and then its clusters, in float32."""
-        return F.log_softmax(F.linear(x, torch.cat([self._rows(0), self.head_clusters]), self.head_bias).float(), -1)
+    def _head_log_probs(self, x, rows=None):
+        """log p_head over the head's words (`rows`, default `_rows(0)`) and then its clusters, in float32."""
+        rows = self._rows(0) if rows is None else rows
+        return F.log_softmax(F.linear(x, torch.cat([rows, self.head_clusters]), self.head_bias).float(), -1)
 
-    def _tail_log_probs(self, i: int, x):
-        """log p_i(w | x) over tail cluster i's words (i from 0), in float32."""
-        return F.log_softmax(F.linear(self.tail_proj[i](x), self._rows(i + 1), self.tail_bias[i]).float(), -1)
+    def _tail_log_probs(self, i: int, x, rows=None):
+        """log p_i(w | x) over tail cluster i's words (i from 0; `rows`, default `_rows(i + 1)`), in float32."""
+        rows = self._rows(i + 1) if rows is None else rows
+        return F.log_softmax(F.linear(self.tail_proj[i](x), rows, self.tail_bias[i]).float(), -1)
 
     def _features(self, hidden: torch.Tensor) -> torch.Tensor:
         # Flattened positions, one matrix product per part (see OutputHead.forward).
         return self.proj(self.drop(hidden.reshape(-1, hidden.shape[-1])))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        x = self._features(hidden)
-        head_lp = self._head_log_probs(x)
+        x, blocks = self._features(hidden), self._blocks()
+        head_lp = self._head_log_probs(x, blocks[0])
         head = self.bounds[0]
         parts = [head_lp[:, :head]]
         for i in range(len(self.tail_proj)):
-            parts.append(head_lp[:, head + i:head + i + 1] + self._tail_log_probs(i, x))
+            parts.append(head_lp[:, head + i:head + i + 1] + self._tail_log_probs(i, x, blocks[i + 1]))
         out = torch.cat(parts, -1)
         return out.view(*hidden.shape[:-1], out.shape[-1])
 
@@ -128,11 +144,12 @@ class AdaptiveHead(nn.Module):
             rows = ((t >= self.bounds[i]) & (t < self.bounds[i + 1])).nonzero().squeeze(1)
             head_target[rows] = head + i
             members.append(rows)
-        total = -self._head_log_probs(x).gather(1, head_target[:, None]).sum()
+        blocks = self._blocks()
+        total = -self._head_log_probs(x, blocks[0]).gather(1, head_target[:, None]).sum()
         # Every tail is called, with no rows when no target falls in it: its parameters are then in the graph with
         # zero gradients, which DDP (train.devices > 1) requires of every parameter at every step.
         for i, rows in enumerate(members):
-            total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i])
+            total = total + self._tail_nll(i, x[rows], t[rows] - self.bounds[i], blocks[i + 1])
         return total
 
     def token_nll(self, hidden: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
@@ -145,18 +162,20 @@ class AdaptiveHead(nn.Module):
         head = self.bounds[0]
         head_target = tk.clone()
         per = torch.zeros(tk.shape, dtype=torch.float32, device=t.device)
+        blocks = self._blocks()
         for i in range(len(self.tail_proj)):
             rows = ((tk >= self.bounds[i]) & (tk < self.bounds[i + 1])).nonzero().squeeze(1)
             head_target[rows] = head + i
             if len(rows):
-                per[rows] -= self._tail_log_probs(i, x[rows]).gather(1, (tk[rows] - self.bounds[i])[:, None])[:, 0]
-        per -= self._head_log_probs(x).gather(1, head_target[:, None])[:, 0]
+                per[rows] -= self._tail_log_probs(i, x[rows], blocks[i + 1]).gather(
+                    1, (tk[rows] - self.bounds[i])[:, None])[:, 0]
+        per -= self._head_log_probs(x, blocks[0]).gather(1, head_target[:, None])[:, 0]
         out[keep] = per
         return out.view(target.shape)
 
-    def _tail_nll(self, i: int, x, word) -> torch.Tensor:
+    def _tail_nll(self, i: int, x, word, rows=None) -> torch.Tensor:
         """-sum log p_i(word | x) within tail cluster i (from 0); word counts from the cluster's first id."""
-        return -self._tail_log_probs(i, x).gather(1, word[:, None]).sum()
+        return -self._tail_log_probs(i, x, rows).gather(1, word[:, None]).sum()
 
 
 def output_layer(cfg: ModelConfig, in_dim: int, embedding: nn.Embedding | None) -> nn.Module:

@@ -37,6 +37,21 @@ from lmgrid.neural.schedule import BudgetSchedule, PlateauSchedule
 DIVERGED_LOSS_FACTOR = 3.0
 
 
+# Devices whose floating-point parameters torch.optim.Adam(fused=True) updates in one kernel per parameter.
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
+
+def fused_adam_applies(params) -> bool:
+    """Whether Adam takes its fused kernel: every parameter a floating-point tensor on a device it covers.
+
+    Why: the default Adam step on the CPU is eight passes over each parameter (moments, square root, division,
+    update), and with a tied 10,000 x 600 table updated every step those passes were a fifth of the PTB RNN's
+    training step; the fused kernel makes one pass.  It computes the same update, rounded differently in the last
+    place (tests/test_fused_adam.py bounds the difference), so a model trained before and after this choice agrees
+    to rounding, not to the bit (docs/benchmarks.md)."""
+    return bool(params) and all(p.is_floating_point() and p.device.type in FUSED_ADAM_DEVICES for p in params)
+
+
 class LMModule(pl.LightningModule):
     def __init__(self, model_config: dict, regime: str, optimizer: str = "adam", lr: float = 1e-3,
                  momentum: float = 0.0, weight_decay: float = 0.0, schedule: dict | None = None,
@@ -224,10 +239,28 @@ class LMModule(pl.LightningModule):
         if hp.optimizer == "sgd":
             opt = torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
         elif hp.optimizer == "adam":
-            opt = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+            params = list(self.parameters())
+            # A gradient scaler (fp16 mixed precision) unscales inside a fused step, after the clipping: not fused.
+            scaled = getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None) is not None
+            opt = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay,
+                                   fused=fused_adam_applies(params) and not scaled)
         else:
             raise LmgridError(f"train.optimizer: unknown optimizer {hp.optimizer!r} (expected sgd or adam)")
         return opt
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """Lightning's mixed-precision plugin refuses to clip for an optimizer that could unscale gradients itself
+        (a fused one), whether or not a scaler exists.  Fused Adam is only chosen without a scaler
+        (configure_optimizers), so its gradients are the true ones: they are clipped here by the same call the
+        plugin makes, over the same parameters in the same order (torch.nn.utils.clip_grad_norm_)."""
+        fused = getattr(optimizer, "optimizer", optimizer).defaults.get("fused")
+        if fused and gradient_clip_val:
+            if gradient_clip_algorithm not in (None, "norm"):
+                raise LmgridError(f"gradient clipping by {gradient_clip_algorithm!r}: lmgrid clips by norm only")
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["lmgrid_schedule"] = self.schedule.state_dict()
