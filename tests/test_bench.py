@@ -122,3 +122,40 @@ def test_vs_plain_cpu_clock_and_warm_rows(tmp_path, capsys):
     assert set(per_pair) == {"plain fp32", "lmgrid 32-true", "lmgrid 32-true warm"}, out
     table = dict(re.findall(r"^(plain fp32|lmgrid 32-true warm|lmgrid 32-true) +([\d.]+) ", out, re.M))
     assert table == per_pair, out
+
+
+def test_steps_bench_times_the_optimizer_train_builds(tmp_path, capsys, monkeypatch):
+    """`python -m lmgrid.bench steps SPEC..` prints one row per run spec, with the optimizer lmgrid train builds for
+    it (fused Adam on the CPU, SGD as it is) and finite positive tokens per CPU-second (no speed is asserted).  Kills:
+    the optimizer column read from the spec instead of the module (run here: with the fused kernel turned off the
+    Adam row must say so), and a missing spec passing silently (it exits naming the file)."""
+    from lmgrid.bench import steps
+    from lmgrid.neural import module as module_mod
+    from lmgrid.run.spec import hand_spec
+
+    from test_neural_support import tiny_corpus
+
+    c = tiny_corpus(tmp_path)
+    specs = []
+    for arch, regime, optimizer in (("rnn", "stream", "adam"), ("ffnn", "window", "sgd")):
+        spec = hand_spec(arch=arch, n_step=3, regime=regime, paths=c["paths"], vocab_path=c["vocab_path"],
+                         run_dir=str(tmp_path / arch), ckpt_dir=str(tmp_path / "ckpt" / arch),
+                         hp={"optimizer": optimizer, "emb_dim": 8, "hidden_dim": 8, "stream_batch_size": 4,
+                             "bptt": 5, "batch_size": 8, "tie_weights": arch == "rnn", "output_layer": "adaptive"})
+        spec.write(tmp_path / f"{arch}.json")
+        specs.append(str(tmp_path / f"{arch}.json"))
+
+    def rows() -> dict[str, list[str]]:
+        assert steps.main([*specs, "--steps", "2", "--warmup", "1"]) == 0
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+        cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+        for c in cells:
+            assert math.isfinite(float(c[4].replace(",", ""))) and float(c[4].replace(",", "")) > 0
+        return {c[0].split()[0]: c for c in cells}
+
+    got = rows()
+    assert got["rnn"][2] == "adam (fused)" and got["ffnn"][2] == "sgd"
+    monkeypatch.setattr(module_mod, "fused_adam_applies", lambda params: False)  # the mutation
+    assert rows()["rnn"][2] == "adam"
+    with pytest.raises(SystemExit, match="nowhere.json: no such run spec"):
+        steps.main([str(tmp_path / "nowhere.json")])

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "allocator": "lmgrid.bench.allocator",
     "eta": "lmgrid.bench.eta",
     "flops": "lmgrid.bench.flops",
+    "steps": "lmgrid.bench.steps",
 }
 
 if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
