@@ -304,3 +304,49 @@ def test_a_resumed_run_whose_models_predate_the_carried_cpu_time_says_it_is_a_lo
     ngrams = rendered([None, None], arch=("mkn", "kn"))
     assert "25 min 00 s of CPU time, the other jobs" in ngrams and "at least" not in ngrams, ngrams
     assert "(1 of them were recorded" in rendered([None, None], arch=("mkn", "lstm"))
+
+
+def _runs_csv(folder: Path, rows: list[tuple]) -> Path:
+    """A snapshot folder with runs.csv rows (arch, impl, seed, epochs, cpu_s) and a run.json naming its run."""
+    folder.mkdir(parents=True)
+    t = pd.DataFrame([{c: None for c in docs_snapshot.RUNS_COLUMNS} | dict(zip(("arch", "impl", "seed", "epochs",
+                                                                                "cpu_s"), r)) for r in rows])
+    t.to_csv(folder / "runs.csv", index=False)
+    (folder / "run.json").write_text('{"corpus": "toy", "commit": "abc1234567", "date": "2026-11-28", '
+                                     '"machine": {"cpu": "Toy CPU", "avx512_bf16": true, "cores": 2}}')
+    return folder
+
+
+def _cells(text: str) -> dict[str, list[str]]:
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    return {c[0]: c[1:] for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines)}
+
+
+def test_train_cost_sums_each_architectures_neural_cpu_time_over_seeds_and_sets_a_run_beside_it(tmp_path,
+                                                                                             monkeypatch):
+    """train_cost: per architecture the neural models' cpu_s summed over seeds in CPU-minutes, largest first, and
+    the total; an n-gram (no epochs) never counts.  With train_cost:<sibling> the other run's minutes and the ratio,
+    left blank where the two rows hold different numbers of models (1 GRU seed against 2).  Kills: a mean over seeds
+    instead of the sum (LSTM 7.5), a ratio between different numbers of models (GRU 0.400), and, run here, the
+    n-grams counted as neural models (runs.csv read with every row given epochs: the total becomes 32.0)."""
+    after = _runs_csv(tmp_path / "after", [("lstm", "torch", 1, 9, 420.0), ("lstm", "torch", 2, 9, 480.0),
+                                           ("gru", "cell", 1, 10, 960.0), ("mkn", "ngram", 0, None, 60.0)])
+    _runs_csv(tmp_path / "before", [("lstm", "torch", 1, 9, 600.0), ("lstm", "torch", 2, 9, 600.0),
+                                    ("gru", "cell", 1, 10, 1200.0), ("gru", "cell", 2, 10, 1200.0)])
+
+    def counted_right() -> bool:
+        alone = _cells(docs_tables.train_cost(after))
+        return (list(alone) == ["GRU (cell)", "LSTM", "all"] and alone["LSTM"] == ["2", "15.0"]
+                and alone["GRU (cell)"] == ["1", "16.0"] and alone["all"] == ["3", "31.0"])
+
+    assert counted_right()
+    text = docs_tables.train_cost(after, "before")
+    both = _cells(text)
+    assert both["LSTM"] == ["2", "15.0", "20.0", "0.750"]
+    assert both["GRU (cell)"] == ["1", "16.0", "40.0", ""] and both["all"] == ["3", "31.0", "60.0", ""]
+    assert "`before`: the `toy` run of commit abc1234567" in text
+    with pytest.raises(LmgridError, match="train_cost:nowhere"):
+        docs_tables.train_cost(after, "nowhere")
+    read = docs_tables._read
+    monkeypatch.setattr(docs_tables, "_read", lambda folder, name: read(folder, name).fillna({"epochs": 1}))
+    assert not counted_right()  # the mutation: the n-gram counted

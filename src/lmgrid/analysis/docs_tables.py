@@ -197,8 +197,50 @@ def _budget_cost(neural: pd.DataFrame) -> str:
             "summed.")
 
 
+def train_cost(snap: Path, against: str = "") -> str:
+    """Each architecture's neural training CPU time (runs.csv: every model's own process CPU seconds, metrics.json
+    `cpu_s`, earlier attempts of a resumed model included, summed over its seeds) in CPU-minutes, and the total.
+    With `train_cost:<name>`, the snapshot <name> beside this one (a sibling folder) is set beside it, row by row,
+    with the ratio where both rows hold as many models, and named by its commit and machine: the same preset before
+    and after a change."""
+    from lmgrid.analysis import names
+
+    def read(folder: Path) -> pd.DataFrame:
+        t = _read(folder, "runs.csv")
+        t = t[t["epochs"].notna()]  # neural models (the n-grams have no epochs)
+        t = t.assign(model=[a if i == "torch" else f"{a}/{i}" for a, i in zip(t["arch"], t["impl"])])
+        return t.groupby("model")["cpu_s"].agg(["sum", "size"])
+
+    ours = read(snap)
+    if ours.empty:
+        return "No neural run."
+    order = sorted(ours.index, key=lambda m: -ours.loc[m, "sum"])
+    show = pd.DataFrame({"model": [names.display(m) for m in order] + ["all"],
+                         "models (seeds)": [int(ours.loc[m, "size"]) for m in order] + [int(ours["size"].sum())],
+                         "training CPU-minutes": [_num(ours.loc[m, "sum"] / 60, ",.1f") for m in order]
+                         + [_num(ours["sum"].sum() / 60, ",.1f")]})
+    note = ""
+    if against:
+        other_dir = snap.parent / against
+        if not (other_dir / "runs.csv").is_file():
+            raise LmgridError(f"lmgrid:render train_cost:{against}: {other_dir}/runs.csv does not exist")
+        other = read(other_dir)
+        rows = [*order, None]  # None: the total
+        sums = {m: (ours.loc[m], other.loc[m] if m in other.index else None) if m else (ours.sum(), other.sum())
+                for m in rows}
+        show[against] = [_num(o["sum"] / 60, ",.1f") if o is not None else "" for _, o in sums.values()]
+        # A ratio only between the same number of models: other seeds would compare a different amount of work.
+        show["ratio"] = [_num(a["sum"] / o["sum"], ".3f") if o is not None and o["size"] == a["size"] and o["sum"] > 0
+                         else "" for a, o in sums.values()]
+        r = read_json(other_dir / "run.json")
+        note = (f"\n\n`{against}`: the `{r['corpus']}` run of commit {r['commit']}, ended {r['date']}, on "
+                f"{r['machine']['cpu']} (avx512_bf16: {'yes' if r['machine']['avx512_bf16'] else 'no'}); ratio: "
+                "this run's CPU time over that one's.")
+    return markdown_table(show) + note
+
+
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "stops": stops, "budget": budget, **docs_gates.TABLES,
+          "study": study, "timing": timing, "stops": stops, "budget": budget, "train_cost": train_cost, **docs_gates.TABLES,
           **docs_embeddings.TABLES, **docs_gpu.TABLES}
 
 
