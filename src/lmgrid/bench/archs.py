@@ -65,9 +65,12 @@ def zipf_law(vocab: int) -> torch.Tensor:
     return p / p.sum()
 
 
-def batches_of(regime: str, rows: int, bptt: int, vocab: int, n: int, n_context: int = 4, seed: int = 0):
-    """n batches of Zipf-drawn ids: windows ([rows, n_context], [rows]) or stream chunks ([rows, bptt] twice)."""
-    g, law = torch.Generator().manual_seed(seed), zipf_law(vocab)
+def batches_of(regime: str, rows: int, bptt: int, vocab: int, n: int, n_context: int = 4, seed: int = 0,
+               law: torch.Tensor | None = None):
+    """n batches of ids drawn from `law` (default: the Zipf law over `vocab`): windows ([rows, n_context], [rows])
+    or stream chunks ([rows, bptt] twice)."""
+    g = torch.Generator().manual_seed(seed)
+    law = zipf_law(vocab) if law is None else law
 
     def draw(*shape):
         return torch.multinomial(law, math.prod(shape), replacement=True, generator=g).view(*shape)

@@ -16,39 +16,26 @@ Figures depend on the machine and its load: print them, never assert them.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from pathlib import Path
 
+from lmgrid.analysis.docs_snapshot import commit
 from lmgrid.common.errors import LmgridError
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _batches(spec, counts, n: int, seed: int = 0):
     """n batches of the spec's training shape, ids drawn from the vocabulary's training counts."""
     import torch
 
-    hp, g = spec.hparams, torch.Generator().manual_seed(seed)
+    from lmgrid.bench.archs import batches_of
+
+    hp = spec.hparams
     law = torch.tensor(counts, dtype=torch.float64).clamp(min=0)
     if float(law.sum()) <= 0:
         raise LmgridError(f"{spec.vocab}: the vocabulary has no training counts to draw batch ids from")
-
-    def draw(*shape):
-        return torch.multinomial(law / law.sum(), int(torch.tensor(shape).prod()), replacement=True,
-                                 generator=g).view(*shape)
-
-    if spec.regime == "window":
-        n_context = max(spec.n_step, 2) - 1
-        return [(draw(hp["batch_size"], n_context), draw(hp["batch_size"])) for _ in range(n)]
-    rows, bptt = hp["stream_batch_size"], hp["bptt"]
-    return [(draw(rows, bptt), draw(rows, bptt)) for _ in range(n)]
+    rows = hp["batch_size"] if spec.regime == "window" else hp["stream_batch_size"]
+    return batches_of(spec.regime, rows, hp.get("bptt", 0), len(counts), n, n_context=max(spec.n_step, 2) - 1,
+                      seed=seed, law=law / law.sum())
 
 
 def tokens_per_cpu_s(spec_path: str, steps: int, warmup: int, root: Path) -> dict:
@@ -111,7 +98,7 @@ def main(argv: list[str]) -> int:
     for path in a.specs:
         if not Path(path).is_file():
             raise SystemExit(f"python -m lmgrid.bench steps: {path}: no such run spec")
-    print(f"lmgrid.bench steps at {_commit()}: {a.steps} timed steps after {a.warmup}, {a.threads} thread(s), "
+    print(f"lmgrid.bench steps at {commit(Path(__file__).parent)['commit']}: {a.steps} timed steps after {a.warmup}, {a.threads} thread(s), "
           f"torch {torch.__version__}")
     print("| model | params | optimizer | precision | train tokens per CPU-second |")
     print("|---|---|---|---|---|")
