@@ -325,14 +325,18 @@ def _cells(text: str) -> dict[str, list[str]]:
 def test_train_cost_sums_each_architectures_neural_cpu_time_over_seeds_and_sets_a_run_beside_it(tmp_path,
                                                                                              monkeypatch):
     """train_cost: per architecture the neural models' cpu_s summed over seeds in CPU-minutes, largest first, and
-    the total; an n-gram (no epochs) never counts.  With train_cost:<sibling> the other run's minutes and the ratio,
-    left blank where the two rows hold different numbers of models (1 GRU seed against 2).  Kills: a mean over seeds
-    instead of the sum (LSTM 7.5), a ratio between different numbers of models (GRU 0.400), and, run here, the
-    n-grams counted as neural models (runs.csv read with every row given epochs: the total becomes 32.0)."""
+    the total; an n-gram (no epochs) never counts.  With train_cost:<sibling> the other run's minutes (and models)
+    and the ratio, left blank where the two rows hold different numbers of models (1 GRU seed against 2); a model
+    only the other run trained (its nn.GRU, replaced here by the cell) is a row of its own, so that the other run's
+    total is the sum of the rows shown.  Kills: a mean over seeds instead of the sum (LSTM 7.5), a ratio between
+    different numbers of models (GRU 0.400), the other run's own models left out (its GRU row missing, its total
+    70.0 over rows summing to 60.0), and, run here, the n-grams counted as neural models (runs.csv read with every
+    row given epochs: the total becomes 32.0)."""
     after = _runs_csv(tmp_path / "after", [("lstm", "torch", 1, 9, 420.0), ("lstm", "torch", 2, 9, 480.0),
                                            ("gru", "cell", 1, 10, 960.0), ("mkn", "ngram", 0, None, 60.0)])
     _runs_csv(tmp_path / "before", [("lstm", "torch", 1, 9, 600.0), ("lstm", "torch", 2, 9, 600.0),
-                                    ("gru", "cell", 1, 10, 1200.0), ("gru", "cell", 2, 10, 1200.0)])
+                                    ("gru", "cell", 1, 10, 1200.0), ("gru", "cell", 2, 10, 1200.0),
+                                    ("gru", "torch", 1, 10, 600.0)])
 
     def counted_right() -> bool:
         alone = _cells(docs_tables.train_cost(after))
@@ -342,8 +346,10 @@ def test_train_cost_sums_each_architectures_neural_cpu_time_over_seeds_and_sets_
     assert counted_right()
     text = docs_tables.train_cost(after, "before")
     both = _cells(text)
-    assert both["LSTM"] == ["2", "15.0", "20.0", "0.750"]
-    assert both["GRU (cell)"] == ["1", "16.0", "40.0", ""] and both["all"] == ["3", "31.0", "60.0", ""]
+    assert list(both) == ["GRU (cell)", "LSTM", "GRU", "all"]
+    assert both["LSTM"] == ["2", "15.0", "20.0 (2)", "0.750"]
+    assert both["GRU (cell)"] == ["1", "16.0", "40.0 (2)", ""] and both["GRU"] == ["0", "", "10.0 (1)", ""]
+    assert both["all"] == ["3", "31.0", "70.0 (5)", ""]
     assert "`before`: the `toy` run of commit abc1234567" in text
     with pytest.raises(LmgridError, match="train_cost:nowhere"):
         docs_tables.train_cost(after, "nowhere")

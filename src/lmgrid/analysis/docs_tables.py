@@ -214,28 +214,37 @@ def train_cost(snap: Path, against: str = "") -> str:
     ours = read(snap)
     if ours.empty:
         return "No neural run."
-    order = sorted(ours.index, key=lambda m: -ours.loc[m, "sum"])
+    other_dir = snap.parent / against if against else None
+    if other_dir is not None and not (other_dir / "runs.csv").is_file():
+        raise LmgridError(f"lmgrid:render train_cost:{against}: {other_dir}/runs.csv does not exist")
+    other = read(other_dir) if other_dir is not None else ours.iloc[:0]
+    # Rows of either run, this run's largest first, then those only the other run trained (a model replaced by
+    # another impl): the total sums every row shown, in both columns.
+    order = (sorted(ours.index, key=lambda m: -ours.loc[m, "sum"])
+             + sorted(set(other.index) - set(ours.index), key=lambda m: -other.loc[m, "sum"]))
+
+    def minutes(t: pd.DataFrame, m) -> str:
+        return _num(t.loc[m, "sum"] / 60, ",.1f") if m in t.index else ""
+
     show = pd.DataFrame({"model": [names.display(m) for m in order] + ["all"],
-                         "models (seeds)": [int(ours.loc[m, "size"]) for m in order] + [int(ours["size"].sum())],
-                         "training CPU-minutes": [_num(ours.loc[m, "sum"] / 60, ",.1f") for m in order]
-                         + [_num(ours["sum"].sum() / 60, ",.1f")]})
+                         "models (seeds)": [int(ours.loc[m, "size"]) if m in ours.index else 0 for m in order]
+                         + [int(ours["size"].sum())],
+                         "training CPU-minutes": [minutes(ours, m) for m in order] + [_num(ours["sum"].sum() / 60, ",.1f")]})
     note = ""
-    if against:
-        other_dir = snap.parent / against
-        if not (other_dir / "runs.csv").is_file():
-            raise LmgridError(f"lmgrid:render train_cost:{against}: {other_dir}/runs.csv does not exist")
-        other = read(other_dir)
-        rows = [*order, None]  # None: the total
-        sums = {m: (ours.loc[m], other.loc[m] if m in other.index else None) if m else (ours.sum(), other.sum())
-                for m in rows}
-        show[against] = [_num(o["sum"] / 60, ",.1f") if o is not None else "" for _, o in sums.values()]
+    if other_dir is not None:
+        show[f"{against} (models)"] = [f"{minutes(other, m)} ({int(other.loc[m, 'size'])})" if m in other.index else ""
+                                       for m in order] + [f"{_num(other['sum'].sum() / 60, ',.1f')} "
+                                                          f"({int(other['size'].sum())})"]
+        pairs = [(ours.loc[m] if m in ours.index else None, other.loc[m] if m in other.index else None)
+                 for m in order] + [(ours.sum(), other.sum())]
         # A ratio only between the same number of models: other seeds would compare a different amount of work.
-        show["ratio"] = [_num(a["sum"] / o["sum"], ".3f") if o is not None and o["size"] == a["size"] and o["sum"] > 0
-                         else "" for a, o in sums.values()]
+        show["ratio"] = [_num(a["sum"] / o["sum"], ".3f")
+                         if a is not None and o is not None and o["size"] == a["size"] and o["sum"] > 0 else ""
+                         for a, o in pairs]
         r = read_json(other_dir / "run.json")
         note = (f"\n\n`{against}`: the `{r['corpus']}` run of commit {r['commit']}, ended {r['date']}, on "
                 f"{r['machine']['cpu']} (avx512_bf16: {'yes' if r['machine']['avx512_bf16'] else 'no'}); ratio: "
-                "this run's CPU time over that one's.")
+                "this run's CPU time over that one's, where both trained the model as many times.")
     return markdown_table(show) + note
 
 
