@@ -217,30 +217,28 @@ def train_cost(snap: Path, against: str = "") -> str:
     other_dir = snap.parent / against if against else None
     if other_dir is not None and not (other_dir / "runs.csv").is_file():
         raise LmgridError(f"lmgrid:render train_cost:{against}: {other_dir}/runs.csv does not exist")
-    other = read(other_dir) if other_dir is not None else ours.iloc[:0]
+    other = read(other_dir) if other_dir is not None else ours.iloc[:0].copy()
     # Rows of either run, this run's largest first, then those only the other run trained (a model replaced by
-    # another impl): the total sums every row shown, in both columns.
+    # another impl), then the total, a row like the others ("all": no model is named so): it sums every row shown,
+    # in both columns.
     order = (sorted(ours.index, key=lambda m: -ours.loc[m, "sum"])
-             + sorted(set(other.index) - set(ours.index), key=lambda m: -other.loc[m, "sum"]))
+             + sorted(set(other.index) - set(ours.index), key=lambda m: -other.loc[m, "sum"]) + ["all"])
+    ours.loc["all"], other.loc["all"] = ours.sum(), other.sum()
 
     def minutes(t: pd.DataFrame, m) -> str:
         return _num(t.loc[m, "sum"] / 60, ",.1f") if m in t.index else ""
 
-    show = pd.DataFrame({"model": [names.display(m) for m in order] + ["all"],
-                         "models (seeds)": [int(ours.loc[m, "size"]) if m in ours.index else 0 for m in order]
-                         + [int(ours["size"].sum())],
-                         "training CPU-minutes": [minutes(ours, m) for m in order] + [_num(ours["sum"].sum() / 60, ",.1f")]})
+    show = pd.DataFrame({"model": [m if m == "all" else names.display(m) for m in order],
+                         "models (seeds)": [int(ours.loc[m, "size"]) if m in ours.index else 0 for m in order],
+                         "training CPU-minutes": [minutes(ours, m) for m in order]})
     note = ""
     if other_dir is not None:
-        show[f"{against} (models)"] = [f"{minutes(other, m)} ({int(other.loc[m, 'size'])})" if m in other.index else ""
-                                       for m in order] + [f"{_num(other['sum'].sum() / 60, ',.1f')} "
-                                                          f"({int(other['size'].sum())})"]
-        pairs = [(ours.loc[m] if m in ours.index else None, other.loc[m] if m in other.index else None)
-                 for m in order] + [(ours.sum(), other.sum())]
+        show[f"{against} (models)"] = [f"{minutes(other, m)} ({int(other.loc[m, 'size'])})" if m in other.index
+                                       else "" for m in order]
         # A ratio only between the same number of models: other seeds would compare a different amount of work.
-        show["ratio"] = [_num(a["sum"] / o["sum"], ".3f")
-                         if a is not None and o is not None and o["size"] == a["size"] and o["sum"] > 0 else ""
-                         for a, o in pairs]
+        show["ratio"] = [_num(ours.loc[m, "sum"] / other.loc[m, "sum"], ".3f")
+                         if m in ours.index and m in other.index and ours.loc[m, "size"] == other.loc[m, "size"]
+                         and other.loc[m, "sum"] > 0 else "" for m in order]
         r = read_json(other_dir / "run.json")
         note = (f"\n\n`{against}`: the `{r['corpus']}` run of commit {r['commit']}, ended {r['date']}, on "
                 f"{r['machine']['cpu']} (avx512_bf16: {'yes' if r['machine']['avx512_bf16'] else 'no'}); ratio: "
