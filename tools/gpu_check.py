@@ -88,16 +88,13 @@ def source_commit() -> dict:
     """The commit checked (`lmgrid docs --from` puts it beside the figures): $LMGRID_COMMIT when set (the caller
     states which commit these files are: a borrowed GPU machine gets the files without .git, or with a stale .git
     from an earlier copy, whose HEAD and "uncommitted changes" describe another commit), else git's where the tree
-    has its history (lmgrid.analysis.docs_snapshot.commit, as a run's snapshot reads it), else none."""
-    from lmgrid.analysis.docs_snapshot import commit
+    has its history (lmgrid.common.gitinfo.commit, as a run's snapshot reads it), else none."""
+    from lmgrid.common.gitinfo import UNKNOWN, commit
 
     if os.environ.get("LMGRID_COMMIT"):
         return {"commit": os.environ["LMGRID_COMMIT"]}
-    try:
-        found = commit(REPO)
-    except OSError:  # no git program
-        found = {"commit": "unknown"}
-    return found if found["commit"] != "unknown" else {}
+    found = commit(REPO)  # UNKNOWN without git or outside a checkout
+    return found if found["commit"] != UNKNOWN else {}
 
 
 class Check:

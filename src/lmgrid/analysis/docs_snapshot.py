@@ -37,6 +37,7 @@ import pandas as pd
 
 from lmgrid.analysis.collect import read_benchmark
 from lmgrid.common.errors import LmgridError
+from lmgrid.common.gitinfo import commit
 from lmgrid.common.fileio import atomic_write, write_json
 from lmgrid.run.key import NGRAM_ARCHS
 from lmgrid.run.record import RECORD_FILE, RunRecord
@@ -67,15 +68,6 @@ def machine() -> dict:
     return {"cpu": fields.get("Model name", "unknown").strip(),
             "avx512_bf16": "avx512_bf16" in fields.get("Flags", "").split(),
             "cores": os.cpu_count() or 1}
-
-
-def commit(where: Path) -> dict:
-    def git(*args):
-        r = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-
-    return {"commit": git("rev-parse", "--short=10", "HEAD") or "unknown",
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def runs_table(results: Path) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import argparse
 import time
 from pathlib import Path
 
-from lmgrid.analysis.docs_snapshot import commit
+from lmgrid.common.gitinfo import commit
 from lmgrid.common.errors import LmgridError
 
 

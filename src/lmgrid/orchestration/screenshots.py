@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lmgrid.analysis import report
+from lmgrid.common import gitinfo
 from lmgrid.common.errors import LmgridError
 
 FG, BG = "#d0d0d0", "#1c1c1c"  # the pane's default colours (a dark theme)
@@ -182,10 +183,10 @@ def machine() -> dict:
 
 
 def provenance(args, command: str) -> dict:
-    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    here = gitinfo.commit(".", short=None)
     return {"run": {"config": ["config.yaml", *([args.configfile] if args.configfile else [])], "set": args.set,
                     "results": str(Path("results").resolve()), "command": command, "cores": args.cores},
-            "commit": git("rev-parse", "HEAD"), "uncommitted_changes": bool(git("status", "--porcelain", "-uno")),
+            "commit": here["commit"], "uncommitted_changes": here["dirty"],
             "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine()}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmgrid.common import plugins
+from lmgrid.common import gitinfo, plugins
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
@@ -85,14 +84,12 @@ def _drop_empty_default(client) -> None:
 def environment() -> dict[str, str]:
     """The project's git commit and the installed package versions, recorded on every run."""
     tags = {}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout
-        tags["mlflow.source.git.commit"] = commit.strip()
-        tags["lmgrid.git_dirty"] = str(bool(dirty.strip())).lower()
-    except (OSError, subprocess.CalledProcessError):
+    here = gitinfo.commit(".", short=None)  # MLflow's UI shows and links the whole hash
+    if here["commit"] == gitinfo.UNKNOWN:
         tags["mlflow.source.git.commit"] = "unknown (not a git checkout)"
+    else:
+        tags["mlflow.source.git.commit"] = here["commit"]
+        tags["lmgrid.git_dirty"] = str(here["dirty"]).lower()
     for pkg in VERSIONED:
         try:
             tags[f"version.{pkg}"] = metadata.version(pkg)
