@@ -125,6 +125,22 @@ def test_what_counts_as_starting_snakemake(line, runs):
     assert starts_snakemake(line) is runs
 
 
+def test_a_clone_folder_named_lmgrid_or_snakemake_starts_nothing(tmp_path):
+    """`git -C <clone> status` where the clone is named as `git clone` names it (lmgrid/) is not `lmgrid status`:
+    tools/gpu_check's commit lookup failed `make test` in a fresh `git clone .../lmgrid` for it.  Kills: naming
+    every word by its last path part, folders included (the control: the same line seen as starting Snakemake when
+    the folder does not exist, i.e. could be a program); the real programs by path are still seen."""
+    for name in ("lmgrid", "snakemake"):
+        clone = tmp_path / name
+        line = ["git", "-C", str(clone), "status", "--porcelain"]
+        assert starts_snakemake(line) is True, "control: a path that is no folder may be the program itself"
+        clone.mkdir()
+        assert starts_snakemake(line) is False
+        assert starts_snakemake(f"cd {clone} && git -C {clone} status") is False
+    assert starts_snakemake([str(tmp_path / "lmgrid" / "lmgrid"), "status"]) is True
+    assert starts_snakemake(f"cd {tmp_path / 'snakemake'} && snakemake -n") is True
+
+
 def test_entering_snakemakes_api_in_process_is_seen(monkeypatch):
     """lmgrid plan and status build the DAG through Snakemake's API, in-process where a test calls them.  Kills
     "the API left unwatched": entered before the patch (the negative control, run first) nothing is seen."""

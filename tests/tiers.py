@@ -45,7 +45,9 @@ def starts_snakemake(args) -> bool:
             words = args.split()
     else:
         words = [str(a) for a in args]
-    names = [Path(w).name for w in words]
+    # A folder given by its path runs nothing, whatever it is called: `git -C ~/src/lmgrid status` (a clone named
+    # after the project, as `git clone` names it) is not `lmgrid status`.  A bare word is a program's name.
+    names = ["" if "/" in w and Path(w).is_dir() else Path(w).name for w in words]
     if "snakemake" in names:
         return True
     for i, name in enumerate(names):
