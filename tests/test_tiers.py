@@ -138,6 +138,9 @@ def test_a_clone_folder_named_lmgrid_or_snakemake_starts_nothing(tmp_path):
         assert starts_snakemake(line) is False
         assert starts_snakemake(f"cd {clone} && git -C {clone} status") is False
     assert starts_snakemake([str(tmp_path / "lmgrid" / "lmgrid"), "status"]) is True
+    # A `python -c` script is a word too, and may be longer than a path may be (test_mlflow_lock's is).
+    script = "from pathlib import Path\n" + "x = Path('a') / 'b'\n" * 300
+    assert starts_snakemake(["python", "-c", script]) is False
     assert starts_snakemake(f"cd {tmp_path / 'snakemake'} && snakemake -n") is True
 
 

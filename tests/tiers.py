@@ -34,6 +34,17 @@ DAG_COMMANDS = frozenset({"plan", "status", "scales-run"})
 HEAVY_FIXTURES = {"ptb_dir": "reads the Penn Treebank"}
 
 
+def _is_folder(word: str) -> bool:
+    """Whether a command-line word is a path to an existing folder; a word that cannot be a path (a `python -c`
+    script longer than a file name may be) is not one."""
+    if "/" not in word:
+        return False
+    try:
+        return Path(word).is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
+
+
 def starts_snakemake(args) -> bool:
     """Whether a command line (a list, or a shell string) runs Snakemake."""
     if isinstance(args, (bytes, Path)):
@@ -47,7 +58,7 @@ def starts_snakemake(args) -> bool:
         words = [str(a) for a in args]
     # A folder given by its path runs nothing, whatever it is called: `git -C ~/src/lmgrid status` (a clone named
     # after the project, as `git clone` names it) is not `lmgrid status`.  A bare word is a program's name.
-    names = ["" if "/" in w and Path(w).is_dir() else Path(w).name for w in words]
+    names = ["" if _is_folder(w) else Path(w).name for w in words]
     if "snakemake" in names:
         return True
     for i, name in enumerate(names):
