@@ -54,6 +54,59 @@ def test_plain_script_trains_and_scores(tmp_path):
     assert re.fullmatch(r"\d+(\.\d+)?", str(out["train_tokens_per_s"]))
 
 
+
+def test_plain_script_seed_sets_its_weights(tmp_path, capsys, monkeypatch):
+    """`plain_lstm --seed K` trains from K's draws: the same seed repeats the figures to the bit, another seed moves
+    them (vs-plain's pairs are seeds of both sides).  Kills: the seed parsed and not used (torch seeded with a
+    constant, as before --seed: run here, where seeds 1 and 2 then give one figure)."""
+    import torch
+
+    from lmgrid.bench import plain_lstm
+
+    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 10
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    threads = torch.get_num_threads()
+
+    def valid_ppl(seed: int) -> float:
+        assert plain_lstm.main(["--lines", "0", "--width", "8", "--layers", "1", "--batch", "4", "--bptt", "5",
+                                "--threads", "1", "--seed", str(seed),
+                                *[a for s in ("train", "valid", "test")
+                                  for a in (f"--{s}", str(tmp_path / f"ptb.{s}.txt"))]]) == 0
+        torch.set_num_threads(threads)
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["valid_ppl"]
+
+    assert valid_ppl(1) == valid_ppl(1)
+    assert valid_ppl(1) != valid_ppl(2)
+    real_seed = torch.manual_seed
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: real_seed(0))  # the mutation: the seed ignored
+    assert valid_ppl(1) == valid_ppl(2)
+
+
+def test_seed_gap_is_welchs_interval_and_says_separated_only_when_it_excludes_zero():
+    """vs-plain's verdict on the two sides' valid PPL: lmgrid's mean minus the plain script's with the 95% Welch t
+    interval, checked against the hand formula (unequal variances, Welch-Satterthwaite degrees of freedom).  Kills:
+    the pooled-variance interval (narrower here, seen below), a verdict from the gap of the means alone (two
+    overlapping samples whose means differ are "not separated"), and an interval from one seed a side."""
+    from scipy import stats
+
+    from lmgrid.bench import vs_plain
+
+    values, base = [10.0, 12.0, 14.0], [20.0, 21.0]
+    va, vb = 4.0 / 3, 0.5 / 2  # each sample variance over its n
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 1)
+    half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    gap, low, high = vs_plain.seed_gap(values, base)
+    assert gap == pytest.approx(-8.5) and (low, high) == pytest.approx((-8.5 - half, -8.5 + half), rel=1e-9)
+    pooled = stats.ttest_ind(values, base, equal_var=True).confidence_interval(0.95)
+    assert abs(pooled.low - low) > 0.1, "the control: the pooled interval differs, so the check above tells them apart"
+    assert vs_plain.gap_text(values, base).endswith(": separated")
+
+    overlapping = [680.0, 760.0, 700.0], [790.0, 690.0, 765.0]
+    assert vs_plain.seed_gap(*overlapping)[0] < 0  # a gap of the means, which alone would read as a verdict
+    assert vs_plain.gap_text(*overlapping).endswith(": not separated")
+    assert math.isnan(vs_plain.seed_gap([680.0], base)[1]) and "no interval" in vs_plain.gap_text([680.0], base)
+
 def test_cores_bench_times_both_ways(tmp_path, capsys):
     """Both ways run their two jobs to the end and each gets a median; a job that fails stops the bench with its
     command named (the mutation it kills: a failed child's wall taken as a finished job's)."""
@@ -108,20 +161,32 @@ def test_vs_plain_cpu_clock_counts_the_whole_process_tree(tmp_path):
 @pytest.mark.full  # starts a warm server
 def test_vs_plain_cpu_clock_and_warm_rows(tmp_path, capsys):
     """`vs-plain --clock cpu --warm` runs every row (plain, lmgrid's own process, lmgrid as a warm server's job)
-    and its table of medians holds each row's CPU seconds, not its wall.  Kills: the table filled from the wall
-    clock under --clock cpu, or the warm row left out."""
+    and its table of medians holds each row's CPU seconds, not its wall; pair k seeds every row with k, so the
+    pairs' valid PPL differ, lmgrid's two ways of running agree at each seed, and the summary gives each lmgrid row
+    an interval over the seeds.  Kills: the table filled from the wall clock under --clock cpu, the warm row left
+    out, and one seed for every pair (the pairs' figures then repeat)."""
     from lmgrid.bench import vs_plain
 
     text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
     for split in ("train", "valid", "test"):
         (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
-    assert vs_plain.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--pairs", "1", "--threads", "1",
+    assert vs_plain.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--pairs", "2", "--threads", "1",
                           "--clock", "cpu", "--warm", "--precision", "32-true"]) == 0
     out = capsys.readouterr().out
-    per_pair = dict(re.findall(r"^pair 1: (.+?) +wall +[\d.]+ s, CPU +([\d.]+) s", out, re.M))
-    assert set(per_pair) == {"plain fp32", "lmgrid 32-true", "lmgrid 32-true warm"}, out
+    lines = re.findall(r"^pair (\d) \(seed (\d)\): (.+?) +wall +[\d.]+ s, CPU +([\d.]+) s.*valid PPL +([\d.]+)$", out,
+                       re.M)
+    assert all(pair == seed for pair, seed, *_ in lines), out
+    cpu = {name: sorted(float(c) for p, _, n, c, _ in lines if n == name) for _, _, name, _, _ in lines}
+    assert set(cpu) == {"plain fp32", "lmgrid 32-true", "lmgrid 32-true warm"}, out
     table = dict(re.findall(r"^(plain fp32|lmgrid 32-true warm|lmgrid 32-true) +([\d.]+) ", out, re.M))
-    assert table == per_pair, out
+    assert {n: float(v) for n, v in table.items()} == pytest.approx({n: sum(c) / 2 for n, c in cpu.items()},
+                                                                     abs=0.06), out
+    ppl = {(name, pair): v for pair, _, name, _, v in lines}
+    for name in cpu:
+        assert ppl[name, "1"] != ppl[name, "2"], out
+    assert all(ppl["lmgrid 32-true", k] == ppl["lmgrid 32-true warm", k] for k in "12"), out
+    interval = r"^  lmgrid 32-true.*vs plain fp32: [+-][\d.]+ \[.*\] \(95% Welch t over 2 and 2 seeds\)"
+    assert len(re.findall(interval, out, re.M)) == 2, out
 
 
 def test_steps_bench_times_the_optimizer_train_builds(tmp_path, capsys, monkeypatch):

@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=20.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16)")
+    p.add_argument("--seed", type=int, default=0, help="torch's seed: the initial weights (default 0)")
     a = p.parse_args(argv)
     if a.bf16:
         from lmgrid.neural.precision import native_cpu_bf16  # only here: the plain script's start-up stays lmgrid-free
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
             # The plain script runs nn.LSTM itself under autocast, which needs oneDNN's bf16 LSTM primitive.
             p.error("--bf16: this CPU has no native bf16 (avx512_bf16 or amx_bf16): nn.LSTM cannot run in bf16 here")
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     # The vocabulary is the whole training file's (PTB: 10,000 words with <unk>), as lmgrid's vocab stage makes it.
     full_train = read_lines(a.train)
     train = full_train[: a.lines] if a.lines else full_train

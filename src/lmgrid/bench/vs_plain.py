@@ -10,18 +10,24 @@ lmgrid/bench/plain_lstm.py. Printed, never asserted; the targets are those of do
 `lmgrid train` runs in its own process (as on a cluster node, where no warm server answers) on the corpus and vocabulary the
 `corpus` and `vocab` stages write, prepared once beforehand and not timed. Its run writes what a grid cell writes:
 checkpoints, the model and metrics, but no gate statistics (train.gate_stats false: nothing reads them here, and the
-plain script has none).  Each row also prints its valid PPL: both sides train the same model (same shapes, full
+plain script has none).  Each row also prints its valid PPL. Both sides train the same model (same shapes, full
 softmax, no tying, no dropout, lmgrid's initialisation) with the same recipe (as many SGD steps, give or take one, at a
-constant lr 20, each clipped to 0.25 over every parameter, state carried), so the two agree to the noise of what
-differs by design:
+constant lr 20, each clipped to 0.25 over every parameter, state carried); what differs by design:
   * the batch layout: lmgrid's 20 rows hold whole sentences, start from a zero state and end in tail padding (the
     tail chunks' few targets weigh as in a full chunk: lmgrid.neural.module); the plain rows are contiguous cuts
     of the text, whose last, narrower chunk is averaged on its own, as pytorch/examples does;
-  * the draws: the plain script seeds torch with 0, lmgrid with the run's seed 1 (the same distributions);
+  * the draws: pair k seeds both sides with k, but the two programs draw their weights from it in another order
+    (the same distributions, not the same numbers);
   * the vocabulary: lmgrid's holds <s> and <pad> too (10,002 entries against 10,000), never targets;
   * bf16: lmgrid runs the recurrence in float32 (lmgrid.models.common.fp32_recurrence), the plain nn.LSTM in bf16;
   * scoring: lmgrid scores every target of valid and test (the shared convention); the plain script's contiguous
     rows skip each row's first token and the tokens past the last whole column.
+One epoch at lr 20 ends early in training, where the seed alone moves valid PPL by several percent, more than one
+seed pair can tell apart from the differences above (at a0360bf, one AMD EPYC seed pair differed by about a sixth on
+2026-11-28, where an Intel Xeon's had agreed within 0.5% under the AVX2 emulation). So the pairs are seeds: the
+summary prints each row's valid PPL mean and sd over them, and lmgrid's mean minus the plain script's at the same
+precision with its 95% Welch t interval (seed_gap), "separated" only when the interval excludes 0. The speed rows do
+not depend on the seed (the same shapes and as many steps).
 Until lmgrid weighed a tail chunk's targets as a full chunk's, the last step (6 targets at 5,000 lines) took a
 whole clipped step and lmgrid's valid PPL was 960.5 against the plain 754.8 (fp32).
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -101,7 +108,7 @@ def prepare(ptb_dir: Path, work: Path, lines: int) -> dict[str, Path]:
     return {"train": head, "valid": corpus / "valid.txt", "test": corpus / "test.txt", "vocab": work / "vocab.json"}
 
 
-def lmgrid_cmd(files: dict[str, Path], run: Path, threads: int, precision: str) -> list[str]:
+def lmgrid_cmd(files: dict[str, Path], run: Path, threads: int, precision: str, seed: int = 1) -> list[str]:
     # No gate statistics: nothing here reads them, and the plain script has none (the workflow's gated runs keep
     # them: train.gate_stats).
     hp = {"epochs": 1, "optimizer": "sgd", "lr": 20.0, "clip": 0.25, "dropout": 0.0, "emb_dim": 200,
@@ -111,13 +118,33 @@ def lmgrid_cmd(files: dict[str, Path], run: Path, threads: int, precision: str) 
             "--layers", "2", "--regime", "stream", *[a for k in ("train", "valid", "test", "vocab")
                                                       for a in (f"--{k}", str(files[k]))],
             "--run-dir", str(run / "run"), "--ckpt-dir", str(run / "ckpt"), "--hparams", json.dumps(hp),
-            "--threads", str(threads)]
+            "--threads", str(threads), "--seed", str(seed)]
 
 
-def plain_cmd(ptb_dir: Path, lines: int, threads: int, bf16: bool) -> list[str]:
+def plain_cmd(ptb_dir: Path, lines: int, threads: int, bf16: bool, seed: int = 0) -> list[str]:
     return [sys.executable, "-m", "lmgrid.bench.plain_lstm", *[a for s in SPLITS for a in
                                                                 (f"--{s}", str(ptb_dir / f"ptb.{s}.txt"))],
-            "--lines", str(lines), "--threads", str(threads), *(["--bf16"] if bf16 else [])]
+            "--lines", str(lines), "--threads", str(threads), "--seed", str(seed), *(["--bf16"] if bf16 else [])]
+
+
+def seed_gap(values: list[float], base: list[float]) -> tuple[float, float, float]:
+    """mean(values) - mean(base) over the seeds of each side, and its 95% Welch t interval (unequal variances: the
+    two programs need not spread alike); the interval is (nan, nan) with fewer than two seeds a side or no spread."""
+    from scipy import stats
+
+    gap = statistics.fmean(values) - statistics.fmean(base)
+    if min(len(values), len(base)) < 2:
+        return gap, math.nan, math.nan
+    ci = stats.ttest_ind(values, base, equal_var=False).confidence_interval(0.95)
+    return gap, float(ci.low), float(ci.high)
+
+
+def gap_text(values: list[float], base: list[float]) -> str:
+    gap, low, high = seed_gap(values, base)
+    if math.isnan(low):
+        return f"{gap:+.1f} (no interval: fewer than two seeds a side, or no spread)"
+    verdict = "separated" if low > 0 or high < 0 else "not separated"
+    return f"{gap:+.1f} [{low:+.1f}, {high:+.1f}] (95% Welch t over {len(values)} and {len(base)} seeds): {verdict}"
 
 
 def parse_job_args(p: argparse.ArgumentParser, argv: list[str], precision_help: str) -> argparse.Namespace:
@@ -169,7 +196,7 @@ def main(argv: list[str]) -> int:
         files = prepare(ptb, work, a.lines)
         if a.warm:
             server, warm_env = warm_server(work)
-        rows = {}
+        rows, ppls = {}, {}
         plain_bf16 = "bf16-mixed" in a.precision and bool(native_cpu_bf16())
         if "bf16-mixed" in a.precision and not plain_bf16:
             print("no plain bf16 row: this CPU has no native bf16, and the plain script's nn.LSTM needs it")
@@ -178,15 +205,16 @@ def main(argv: list[str]) -> int:
             (f"lmgrid {prec} warm", None, prec, warm_env) for prec in a.precision if a.warm]
         for pair in range(a.pairs):
             order = variants if pair % 2 == 0 else variants[::-1]
+            seed = pair + 1
             for name, bf16, prec, env in order:
                 cpu = []
                 if prec is None:
-                    wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16), work, cpu=cpu)
+                    wall, rss, out = timed(plain_cmd(ptb, a.lines, a.threads, bf16, seed), work, cpu=cpu)
                     figures = json.loads(out.strip().splitlines()[-1])
                     tps, valid_ppl = figures["train_tokens_per_s"], figures["valid_ppl"]
                 else:
                     run = work / f"lmgrid-{pair}-{prec}"
-                    wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec), work, env=env, cpu=cpu)
+                    wall, rss, _ = timed(lmgrid_cmd(files, run, a.threads, prec, seed), work, env=env, cpu=cpu)
                     record = RunRecord.read(run / "run" / RECORD_FILE)
                     tps, valid_ppl = record.get("train_tokens_per_s"), record.valid.ppl
                     if env is not None:  # the forked child's own figures: the client only waited for it
@@ -198,8 +226,9 @@ def main(argv: list[str]) -> int:
                     shutil.rmtree(run)
                 time_s = wall if a.clock == "wall" else cpu[0]
                 rows.setdefault(name, []).append((time_s, tps, rss))
-                print(f"pair {pair + 1}: {name:23s} wall {wall:6.1f} s, CPU {cpu[0]:6.1f} s, train {tps:7.0f} "
-                      f"tokens/s, peak RSS {rss:5.0f} MiB, valid PPL {valid_ppl:6.1f}", flush=True)
+                ppls.setdefault(name, []).append(valid_ppl)
+                print(f"pair {pair + 1} (seed {seed}): {name:23s} wall {wall:6.1f} s, CPU {cpu[0]:6.1f} s, train "
+                      f"{tps:7.0f} tokens/s, peak RSS {rss:5.0f} MiB, valid PPL {valid_ppl:6.1f}", flush=True)
     finally:
         if server is not None:
             server.terminate()
@@ -214,5 +243,14 @@ def main(argv: list[str]) -> int:
         same = bf16_base if ("bf16" in name and bf16_base) else base
         print(f"{name:27s} {time_s:7.1f}   {tps:14.0f}   {rss:12.0f}   {time_s / base[0]:16.2f}   "
               f"{time_s / same[0]:29.2f}   {tps / base[1]:20.2f}")
+    print(f"\nvalid PPL over the pairs' seeds 1-{a.pairs}: mean, sd; lmgrid's mean minus the plain script's at the "
+          f"same precision")
+    for name, values in ppls.items():
+        sd = statistics.stdev(values) if len(values) > 1 else math.nan
+        line = f"  {name:25s} {statistics.fmean(values):7.1f} {sd:6.1f}"
+        if name.startswith("lmgrid"):
+            base_name = "plain bf16" if ("bf16" in name and "plain bf16" in ppls) else "plain fp32"
+            line += f"   vs {base_name}: {gap_text(values, ppls[base_name])}"
+        print(line)
     print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0
