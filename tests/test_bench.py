@@ -55,10 +55,9 @@ def test_plain_script_trains_and_scores(tmp_path):
 
 
 
-def test_plain_script_seed_sets_its_weights(tmp_path, capsys, monkeypatch):
-    """`plain_lstm --seed K` trains from K's draws: the same seed repeats the figures to the bit, another seed moves
-    them (vs-plain's pairs are seeds of both sides).  Kills: the seed parsed and not used (torch seeded with a
-    constant, as before --seed: run here, where seeds 1 and 2 then give one figure)."""
+def plain_run(tmp_path, capsys, *args: str) -> dict:
+    """The plain script's figures on a tiny corpus (200 tokens: 4 rows of 50, whose 49 input columns make 7 chunks of
+    bptt 7, or 8 of bptt 6 and a short one of 1), run in this process."""
     import torch
 
     from lmgrid.bench import plain_lstm
@@ -67,20 +66,57 @@ def test_plain_script_seed_sets_its_weights(tmp_path, capsys, monkeypatch):
     for split in ("train", "valid", "test"):
         (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
     threads = torch.get_num_threads()
+    assert plain_lstm.main(["--lines", "0", "--width", "8", "--layers", "1", "--batch", "4", "--threads", "1", *args,
+                            *[a for s in ("train", "valid", "test")
+                              for a in (f"--{s}", str(tmp_path / f"ptb.{s}.txt"))]]) == 0
+    torch.set_num_threads(threads)
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_plain_script_seed_sets_its_weights(tmp_path, capsys, monkeypatch):
+    """`plain_lstm --seed K` trains from K's draws: the same seed repeats the figures to the bit, another seed moves
+    them (vs-plain's pairs are seeds of both sides).  Kills: the seed parsed and not used (torch seeded with a
+    constant, as before --seed: run here, where seeds 1 and 2 then give one figure)."""
+    import torch
 
     def valid_ppl(seed: int) -> float:
-        assert plain_lstm.main(["--lines", "0", "--width", "8", "--layers", "1", "--batch", "4", "--bptt", "5",
-                                "--threads", "1", "--seed", str(seed),
-                                *[a for s in ("train", "valid", "test")
-                                  for a in (f"--{s}", str(tmp_path / f"ptb.{s}.txt"))]]) == 0
-        torch.set_num_threads(threads)
-        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["valid_ppl"]
+        return plain_run(tmp_path, capsys, "--bptt", "5", "--seed", str(seed))["valid_ppl"]
 
     assert valid_ppl(1) == valid_ppl(1)
     assert valid_ppl(1) != valid_ppl(2)
     real_seed = torch.manual_seed
     monkeypatch.setattr(torch, "manual_seed", lambda seed: real_seed(0))  # the mutation: the seed ignored
     assert valid_ppl(1) == valid_ppl(2)
+
+
+def test_plain_script_tail_weighs_only_a_short_last_chunk(tmp_path, capsys):
+    """`--tail full-chunk` weighs a short last chunk's targets as in a full chunk: with a short last chunk (bptt 6:
+    one column, weighed 1/6) training ends elsewhere than with its own mean, a whole clipped step; where every chunk
+    is full (bptt 7) the two are one computation.  Kills: the option not reaching the loss (the bptt-6 figures would
+    be equal), and a weight that changes full chunks too (the bptt-7 figures would differ)."""
+    def valid_ppl(bptt: str, tail: str) -> float:
+        return plain_run(tmp_path, capsys, "--bptt", bptt, "--tail", tail)["valid_ppl"]
+
+    assert valid_ppl("6", "full-chunk") != pytest.approx(valid_ppl("6", "own-mean"), rel=0.01)
+    assert valid_ppl("7", "full-chunk") == pytest.approx(valid_ppl("7", "own-mean"), rel=1e-6)
+
+
+def test_plain_script_sentence_layout_is_lmgrids_rows(tmp_path, capsys):
+    """`--layout sentences` trains on lmgrid's stream rows: each row starts at a sentence (its first input </s>) and
+    the rows' counted targets are every token of the text in order, </s> included (no token dropped at the rows'
+    cuts, as the contiguous layout drops the text's tail); the run trains on all of them.  Kills: the option falling
+    back to the contiguous cut (the counts differ: 196 targets there against 200)."""
+    from lmgrid.bench import plain_lstm
+
+    lines = [line.split() + ["</s>"] for line in ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"]
+             ] * 10
+    words = sorted({w for line in lines for w in line} | {"<unk>"})
+    index = {w: i for i, w in enumerate(words)}
+    x, y = plain_lstm.sentence_rows(lines, index, 4)
+    assert x.shape[0] == 4 and (x[:, 0] == index["</s>"]).all()
+    assert y[y != -100].tolist() == [index[w] for line in lines for w in line]
+    assert plain_run(tmp_path, capsys, "--bptt", "5", "--layout", "sentences")["train_tokens"] == 200
+    assert plain_run(tmp_path, capsys, "--bptt", "5")["train_tokens"] == 196  # the control: the contiguous cut
 
 
 def test_seed_gap_is_welchs_interval_and_says_separated_only_when_it_excludes_zero():

@@ -37,8 +37,8 @@ import pandas as pd
 
 from lmgrid.analysis.collect import read_benchmark
 from lmgrid.common.errors import LmgridError
-from lmgrid.common.gitinfo import commit
 from lmgrid.common.fileio import atomic_write, write_json
+from lmgrid.common.gitinfo import commit
 from lmgrid.run.key import NGRAM_ARCHS
 from lmgrid.run.record import RECORD_FILE, RunRecord
 

@@ -6,6 +6,11 @@ rows; truncated BPTT over `bptt` steps with the state carried; SGD with gradient
 valid and test scored the same way with no gradients. Deliberately no lmgrid imports, so that its start-up is
 that of torch alone. It prints one JSON line of figures.
 
+Two options train on lmgrid's way instead, to measure what each of the two differences costs (docs/benchmarks.md):
+`--layout sentences` cuts the training text into rows of whole sentences as lmgrid's stream regime does
+(lmgrid.neural.data.sentence_rows, imported only then), and `--tail full-chunk` weighs a short last chunk's targets
+as in a full chunk (its loss summed over `batch` x `bptt` positions) instead of averaging it on its own.
+
     python -m lmgrid.bench.plain_lstm --train ptb.train.txt --valid ptb.valid.txt --test ptb.test.txt
 """
 from __future__ import annotations
@@ -67,23 +72,37 @@ def init_recurrence(rnn: nn.LSTM, width: int) -> None:
                 p[width:2 * width] = 1.0  # nn.LSTM's gate order i, f, g, o: rows width..2*width are f's
 
 
-def run_epoch(model, data, bptt, autocast, opt=None, clip=0.25) -> tuple[float, int]:
+def sentence_rows(lines: list[list[str]], index: dict[str, int], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets [batch, S] as lmgrid's stream regime lays them out: rows of whole sentences, tail padding
+    (input </s>, target -100, which cross_entropy ignores)."""
+    from lmgrid.neural.data import sentence_rows as lmgrid_rows  # only here: the default start-up stays lmgrid-free
+
+    eos = index["</s>"]
+    return lmgrid_rows([[index.get(w, index["<unk>"]) for w in line[:-1]] for line in lines], batch, eos, eos)
+
+
+def run_epoch(model, data, bptt, autocast, opt=None, clip=0.25, tail_full_chunk=False) -> tuple[float, int]:
+    """Summed NLL and target count over `data` (one stream [batch, cols], or (inputs, targets) [batch, S]); a
+    training step when `opt` is given."""
+    x_all, y_all = data if isinstance(data, tuple) else (data[:, :-1], data[:, 1:])
     total, count, state = 0.0, 0, None
-    for i in range(0, data.shape[1] - 1, bptt):
-        x, y = data[:, i:i + bptt], data[:, i + 1:i + 1 + bptt]
-        x = x[:, : y.shape[1]]
+    for i in range(0, x_all.shape[1], bptt):
+        x, y = x_all[:, i:i + bptt], y_all[:, i:i + bptt]
         if state is not None:
             state = tuple(s.detach() for s in state)
         with autocast():
             logits, state = model(x, state)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
+                                          reduction="sum")
+        n = int((y != -100).sum())
+        loss = nll / (y.shape[0] * bptt if tail_full_chunk else n)
         if opt is not None:
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
-        total += float(loss.detach()) * y.numel()
-        count += y.numel()
+        total += float(nll.detach())
+        count += n
     return total, count
 
 
@@ -102,6 +121,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', torch.bfloat16)")
     p.add_argument("--seed", type=int, default=0, help="torch's seed: the initial weights (default 0)")
+    p.add_argument("--layout", choices=["contiguous", "sentences"], default="contiguous",
+                   help="training rows: contiguous cuts of the text (default) or lmgrid's rows of whole sentences")
+    p.add_argument("--tail", choices=["own-mean", "full-chunk"], default="own-mean",
+                   help="a short last chunk's loss: its own mean (default) or weighed as in a full chunk (lmgrid's)")
     a = p.parse_args(argv)
     if a.bf16:
         from lmgrid.neural.precision import native_cpu_bf16  # only here: the plain script's start-up stays lmgrid-free
@@ -121,7 +144,8 @@ def main(argv=None) -> int:
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
     model.train()
     t0 = time.perf_counter()
-    _, train_tokens = run_epoch(model, stream(train, index, a.batch), a.bptt, autocast, opt)
+    rows = sentence_rows(train, index, a.batch) if a.layout == "sentences" else stream(train, index, a.batch)
+    _, train_tokens = run_epoch(model, rows, a.bptt, autocast, opt, tail_full_chunk=a.tail == "full-chunk")
     train_s = time.perf_counter() - t0
     model.eval()
     out = {"train_tokens": train_tokens, "train_tokens_per_s": train_tokens / train_s}

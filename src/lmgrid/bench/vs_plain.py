@@ -27,7 +27,9 @@ seed pair can tell apart from the differences above (at a0360bf, one AMD EPYC se
 2026-11-28, where an Intel Xeon's had agreed within 0.5% under the AVX2 emulation). So the pairs are seeds: the
 summary prints each row's valid PPL mean and sd over them, and lmgrid's mean minus the plain script's at the same
 precision with its 95% Welch t interval (seed_gap), "separated" only when the interval excludes 0. The speed rows do
-not depend on the seed (the same shapes and as many steps).
+not depend on the seed (the same shapes and as many steps). Over 4 seeds lmgrid's fp32 figure is the lower,
+separated; the plain script trained on lmgrid's rows (`plain_lstm --layout sentences --tail full-chunk`) is not
+separated from it, so the gap is the first difference above, the batch layout (docs/benchmarks.md has the round).
 Until lmgrid weighed a tail chunk's targets as a full chunk's, the last step (6 targets at 5,000 lines) took a
 whole clipped step and lmgrid's valid PPL was 960.5 against the plain 754.8 (fp32).
 
