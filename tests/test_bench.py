@@ -12,6 +12,14 @@ import pytest
 
 from lmgrid.bench import archs
 
+SENTENCES = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"]
+
+
+def tiny_ptb(folder, repeat: int) -> None:
+    """ptb.{train,valid,test}.txt in `folder`, each SENTENCES `repeat` times: PTB's file names, a 7-word corpus."""
+    for split in ("train", "valid", "test"):
+        (folder / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in SENTENCES * repeat))
+
 
 def test_archs_bench_reports_every_architecture(capsys):
     """`python -m lmgrid.bench archs` prints a row per architecture and output layer, each with finite positive
@@ -40,9 +48,7 @@ def test_archs_bench_reports_every_architecture(capsys):
 
 
 def test_plain_script_trains_and_scores(tmp_path):
-    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 60
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    tiny_ptb(tmp_path, 60)
     r = subprocess.run([sys.executable, "-m", "lmgrid.bench.plain_lstm", "--lines", "0", "--width", "8",
                         "--layers", "1", "--batch", "4", "--bptt", "5", "--lr", "20", "--threads", "1",
                         *[a for s in ("train", "valid", "test") for a in (f"--{s}", str(tmp_path / f"ptb.{s}.txt"))]],
@@ -54,7 +60,6 @@ def test_plain_script_trains_and_scores(tmp_path):
     assert re.fullmatch(r"\d+(\.\d+)?", str(out["train_tokens_per_s"]))
 
 
-
 def plain_run(tmp_path, capsys, *args: str) -> dict:
     """The plain script's figures on a tiny corpus (200 tokens: 4 rows of 50, whose 49 input columns make 7 chunks of
     bptt 7, or 8 of bptt 6 and a short one of 1), run in this process."""
@@ -62,9 +67,7 @@ def plain_run(tmp_path, capsys, *args: str) -> dict:
 
     from lmgrid.bench import plain_lstm
 
-    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 10
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    tiny_ptb(tmp_path, 10)
     threads = torch.get_num_threads()
     assert plain_lstm.main(["--lines", "0", "--width", "8", "--layers", "1", "--batch", "4", "--threads", "1", *args,
                             *[a for s in ("train", "valid", "test")
@@ -108,49 +111,49 @@ def test_plain_script_sentence_layout_is_lmgrids_rows(tmp_path, capsys):
     back to the contiguous cut (the counts differ: 196 targets there against 200)."""
     from lmgrid.bench import plain_lstm
 
-    lines = [line.split() + ["</s>"] for line in ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"]
-             ] * 10
+    lines = [line.split() + ["</s>"] for line in SENTENCES] * 10
     words = sorted({w for line in lines for w in line} | {"<unk>"})
     index = {w: i for i, w in enumerate(words)}
     x, y = plain_lstm.sentence_rows(lines, index, 4)
     assert x.shape[0] == 4 and (x[:, 0] == index["</s>"]).all()
-    assert y[y != -100].tolist() == [index[w] for line in lines for w in line]
+    assert y[y != plain_lstm.IGNORE].tolist() == [index[w] for line in lines for w in line]
     assert plain_run(tmp_path, capsys, "--bptt", "5", "--layout", "sentences")["train_tokens"] == 200
     assert plain_run(tmp_path, capsys, "--bptt", "5")["train_tokens"] == 196  # the control: the contiguous cut
 
 
 def test_seed_gap_is_welchs_interval_and_says_separated_only_when_it_excludes_zero():
     """vs-plain's verdict on the two sides' valid PPL: lmgrid's mean minus the plain script's with the 95% Welch t
-    interval, checked against the hand formula (unequal variances, Welch-Satterthwaite degrees of freedom).  Kills:
-    the pooled-variance interval (narrower here, seen below), a verdict from the gap of the means alone (two
-    overlapping samples whose means differ are "not separated"), and an interval from one seed a side."""
+    interval (lmgrid.analysis.effects.welch, which gap_text calls), checked against the hand formula (unequal
+    variances, Welch-Satterthwaite degrees of freedom).  Kills: the pooled-variance interval (it differs here, seen
+    below), a verdict from the gap of the means alone (two overlapping samples whose means differ are "not
+    separated"), and an interval from one seed a side."""
     from scipy import stats
 
+    from lmgrid.analysis.effects import welch
     from lmgrid.bench import vs_plain
 
     values, base = [10.0, 12.0, 14.0], [20.0, 21.0]
     va, vb = 4.0 / 3, 0.5 / 2  # each sample variance over its n
     df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 1)
     half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
-    gap, low, high = vs_plain.seed_gap(values, base)
+    gap, low, high = welch(base, values)[:3]
     assert gap == pytest.approx(-8.5) and (low, high) == pytest.approx((-8.5 - half, -8.5 + half), rel=1e-9)
     pooled = stats.ttest_ind(values, base, equal_var=True).confidence_interval(0.95)
     assert abs(pooled.low - low) > 0.1, "the control: the pooled interval differs, so the check above tells them apart"
     assert vs_plain.gap_text(values, base).endswith(": separated")
 
     overlapping = [680.0, 760.0, 700.0], [790.0, 690.0, 765.0]
-    assert vs_plain.seed_gap(*overlapping)[0] < 0  # a gap of the means, which alone would read as a verdict
+    assert welch(*overlapping[::-1])[0] < 0  # a gap of the means, which alone would read as a verdict
     assert vs_plain.gap_text(*overlapping).endswith(": not separated")
-    assert math.isnan(vs_plain.seed_gap([680.0], base)[1]) and "no interval" in vs_plain.gap_text([680.0], base)
+    assert math.isnan(welch(base, [680.0])[1]) and "no interval" in vs_plain.gap_text([680.0], base)
+
 
 def test_cores_bench_times_both_ways(tmp_path, capsys):
     """Both ways run their two jobs to the end and each gets a median; a job that fails stops the bench with its
     command named (the mutation it kills: a failed child's wall taken as a finished job's)."""
     from lmgrid.bench import cores
 
-    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    tiny_ptb(tmp_path, 20)
     assert cores.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--rounds", "1", "--cores", "1",
                        "--precision", "32-true"]) == 0
     out = capsys.readouterr().out
@@ -203,9 +206,7 @@ def test_vs_plain_cpu_clock_and_warm_rows(tmp_path, capsys):
     out, and one seed for every pair (the pairs' figures then repeat)."""
     from lmgrid.bench import vs_plain
 
-    text = ["the cat sat on the mat", "a dog sat on a log", "the dog saw the cat"] * 20
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"ptb.{split}.txt").write_text("".join(f" {s} \n" for s in text))
+    tiny_ptb(tmp_path, 20)
     assert vs_plain.main(["--ptb-dir", str(tmp_path), "--lines", "0", "--pairs", "2", "--threads", "1",
                           "--clock", "cpu", "--warm", "--precision", "32-true"]) == 0
     out = capsys.readouterr().out

@@ -24,6 +24,8 @@ import time
 import torch
 from torch import nn
 
+IGNORE = -100  # cross_entropy's default ignore_index: the target of a padded position (--layout sentences)
+
 
 def read_lines(path: str) -> list[list[str]]:
     with open(path, encoding="utf-8") as f:
@@ -74,7 +76,7 @@ def init_recurrence(rnn: nn.LSTM, width: int) -> None:
 
 def sentence_rows(lines: list[list[str]], index: dict[str, int], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets [batch, S] as lmgrid's stream regime lays them out: rows of whole sentences, tail padding
-    (input </s>, target -100, which cross_entropy ignores)."""
+    (input </s>, target IGNORE)."""
     from lmgrid.neural.data import sentence_rows as lmgrid_rows  # only here: the default start-up stays lmgrid-free
 
     eos = index["</s>"]
@@ -94,7 +96,7 @@ def run_epoch(model, data, bptt, autocast, opt=None, clip=0.25, tail_full_chunk=
             logits, state = model(x, state)
         nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
                                           reduction="sum")
-        n = int((y != -100).sum())
+        n = int((y != IGNORE).sum())
         loss = nll / (y.shape[0] * bptt if tail_full_chunk else n)
         if opt is not None:
             opt.zero_grad()

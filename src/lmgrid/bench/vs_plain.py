@@ -26,7 +26,7 @@ One epoch at lr 20 ends early in training, where the seed alone moves valid PPL 
 seed pair can tell apart from the differences above (at a0360bf, one AMD EPYC seed pair differed by about a sixth on
 2026-11-28, where an Intel Xeon's had agreed within 0.5% under the AVX2 emulation). So the pairs are seeds: the
 summary prints each row's valid PPL mean and sd over them, and lmgrid's mean minus the plain script's at the same
-precision with its 95% Welch t interval (seed_gap), "separated" only when the interval excludes 0. The speed rows do
+precision with its 95% Welch t interval (gap_text), "separated" only when the interval excludes 0. The speed rows do
 not depend on the seed (the same shapes and as many steps). Over 4 seeds lmgrid's fp32 figure is the lower,
 separated; the plain script trained on lmgrid's rows (`plain_lstm --layout sentences --tail full-chunk`) is not
 separated from it, so the gap is the first difference above, the batch layout (docs/benchmarks.md has the round).
@@ -129,22 +129,14 @@ def plain_cmd(ptb_dir: Path, lines: int, threads: int, bf16: bool, seed: int = 0
             "--lines", str(lines), "--threads", str(threads), "--seed", str(seed), *(["--bf16"] if bf16 else [])]
 
 
-def seed_gap(values: list[float], base: list[float]) -> tuple[float, float, float]:
-    """mean(values) - mean(base) over the seeds of each side, and its 95% Welch t interval (unequal variances: the
-    two programs need not spread alike); the interval is (nan, nan) with fewer than two seeds a side or no spread."""
-    from scipy import stats
-
-    gap = statistics.fmean(values) - statistics.fmean(base)
-    if min(len(values), len(base)) < 2:
-        return gap, math.nan, math.nan
-    ci = stats.ttest_ind(values, base, equal_var=False).confidence_interval(0.95)
-    return gap, float(ci.low), float(ci.high)
-
-
 def gap_text(values: list[float], base: list[float]) -> str:
-    gap, low, high = seed_gap(values, base)
+    """mean(values) - mean(base) over each side's seeds with its 95% Welch t interval (lmgrid.analysis.effects.welch:
+    the two programs need not spread alike), and whether the interval excludes 0."""
+    from lmgrid.analysis.effects import welch  # pandas and scipy: only for the summary
+
+    gap, low, high = welch(base, values)[:3]
     if math.isnan(low):
-        return f"{gap:+.1f} (no interval: fewer than two seeds a side, or no spread)"
+        return f"{gap:+.1f} (no interval: fewer than two seeds a side)"
     verdict = "separated" if low > 0 or high < 0 else "not separated"
     return f"{gap:+.1f} [{low:+.1f}, {high:+.1f}] (95% Welch t over {len(values)} and {len(base)} seeds): {verdict}"
 
