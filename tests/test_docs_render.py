@@ -326,12 +326,14 @@ def test_train_cost_sums_each_architectures_neural_cpu_time_over_seeds_and_sets_
                                                                                              monkeypatch):
     """train_cost: per architecture the neural models' cpu_s summed over seeds in CPU-minutes, largest first, and
     the total; an n-gram (no epochs) never counts.  With train_cost:<sibling> the other run's minutes (and models)
-    and the ratio, left blank where the two rows hold different numbers of models (1 GRU seed against 2); a model
+    and the ratio, n/a where the two rows hold different numbers of models (1 GRU seed against 2); a model
     only the other run trained (its nn.GRU, replaced here by the cell) is a row of its own, so that the other run's
-    total is the sum of the rows shown.  Kills: a mean over seeds instead of the sum (LSTM 7.5), a ratio between
-    different numbers of models (GRU 0.400), the other run's own models left out (its GRU row missing, its total
-    70.0 over rows summing to 60.0), and, run here, the n-grams counted as neural models (runs.csv read with every
-    row given epochs: the total becomes 32.0)."""
+    total is the sum of the rows shown, and says "not trained" in the run that lacks it.  Kills: a mean over seeds
+    instead of the sum (LSTM 7.5), a ratio between different numbers of models (GRU 0.400), the other run's own
+    models left out (its GRU row missing, its total 70.0 over rows summing to 60.0), a model one run lacks or a ratio
+    not taken shown as an empty cell (a figure that reads as lost; seen failing on the blanks of 92cd7e0), and, run
+    here, the n-grams counted as neural models (runs.csv read with every row given epochs: the total becomes
+    32.0)."""
     after = _runs_csv(tmp_path / "after", [("lstm", "torch", 1, 9, 420.0), ("lstm", "torch", 2, 9, 480.0),
                                            ("gru", "cell", 1, 10, 960.0), ("mkn", "ngram", 0, None, 60.0)])
     _runs_csv(tmp_path / "before", [("lstm", "torch", 1, 9, 600.0), ("lstm", "torch", 2, 9, 600.0),
@@ -348,8 +350,11 @@ def test_train_cost_sums_each_architectures_neural_cpu_time_over_seeds_and_sets_
     both = _cells(text)
     assert list(both) == ["GRU (cell)", "LSTM", "GRU", "all"]
     assert both["LSTM"] == ["2", "15.0", "20.0 (2)", "0.750"]
-    assert both["GRU (cell)"] == ["1", "16.0", "40.0 (2)", ""] and both["GRU"] == ["0", "", "10.0 (1)", ""]
-    assert both["all"] == ["3", "31.0", "70.0 (5)", ""]
+    assert both["GRU (cell)"] == ["1", "16.0", "40.0 (2)", "n/a"]
+    assert both["GRU"] == ["0", "not trained", "10.0 (1)", "n/a"]
+    assert both["all"] == ["3", "31.0", "70.0 (5)", "n/a"]
+    lacked = _cells(docs_tables.train_cost(tmp_path / "before", "after"))  # the other way round: the other run lacks
+    assert lacked["GRU"] == ["1", "10.0", "not trained", "n/a"] and lacked["LSTM"][-1] == "1.333"
     assert "`before`: the `toy` run of commit abc1234567" in text
     with pytest.raises(LmgridError, match="train_cost:nowhere"):
         docs_tables.train_cost(after, "nowhere")

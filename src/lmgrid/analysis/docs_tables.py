@@ -197,6 +197,9 @@ def _budget_cost(neural: pd.DataFrame) -> str:
             "summed.")
 
 
+NOT_TRAINED, NO_RATIO = "not trained", "n/a"  # train_cost's cells for a model a run lacks, and for no ratio
+
+
 def train_cost(snap: Path, against: str = "") -> str:
     """Each architecture's neural training CPU time (runs.csv: every model's own process CPU seconds, metrics.json
     `cpu_s`, earlier attempts of a resumed model included, summed over its seeds) in CPU-minutes, and the total.
@@ -226,7 +229,8 @@ def train_cost(snap: Path, against: str = "") -> str:
     ours.loc["all"], other.loc["all"] = ours.sum(), other.sum()
 
     def minutes(t: pd.DataFrame, m) -> str:
-        return _num(t.loc[m, "sum"] / 60, ",.1f") if m in t.index else ""
+        # Said, not left blank: an empty cell reads as a figure that went missing.
+        return _num(t.loc[m, "sum"] / 60, ",.1f") if m in t.index else NOT_TRAINED
 
     show = pd.DataFrame({"model": [m if m == "all" else names.display(m) for m in order],
                          "models (seeds)": [int(ours.loc[m, "size"]) if m in ours.index else 0 for m in order],
@@ -234,15 +238,16 @@ def train_cost(snap: Path, against: str = "") -> str:
     note = ""
     if other_dir is not None:
         show[f"{against} (models)"] = [f"{minutes(other, m)} ({int(other.loc[m, 'size'])})" if m in other.index
-                                       else "" for m in order]
+                                       else NOT_TRAINED for m in order]
         # A ratio only between the same number of models: other seeds would compare a different amount of work.
         show["ratio"] = [_num(ours.loc[m, "sum"] / other.loc[m, "sum"], ".3f")
                          if m in ours.index and m in other.index and ours.loc[m, "size"] == other.loc[m, "size"]
-                         and other.loc[m, "sum"] > 0 else "" for m in order]
+                         and other.loc[m, "sum"] > 0 else NO_RATIO for m in order]
         r = read_json(other_dir / "run.json")
         note = (f"\n\n`{against}`: the `{r['corpus']}` run of commit {r['commit']}, ended {r['date']}, on "
                 f"{r['machine']['cpu']} (avx512_bf16: {'yes' if r['machine']['avx512_bf16'] else 'no'}); ratio: "
-                "this run's CPU time over that one's, where both trained the model as many times.")
+                "this run's CPU time over that one's, where both trained the model as many times "
+                f"({NO_RATIO} where they did not).")
     return markdown_table(show) + note
 
 
