@@ -129,6 +129,41 @@ def test_models_load_after_results_moves(clone, tmp_path):
         shutil.copytree(moved / "results" / "mlartifacts", root / "results" / "mlartifacts")
 
 
+def test_one_sync_copies_lmgrids_source_once_for_all_its_models(clone, tmp_path, monkeypatch, new_store):
+    """A sync copies lmgrid's source (the models' code) once however many models it logs, removes the copy when it
+    ends, and copies nothing when it logs no model (MLflow copies the source twice more per model; on the default
+    run's 53 models the third copy was about a quarter of the sync job's time).  Kills: the source packaged again
+    for every model (negative control, run here: a syncer whose code() packages on every call makes two copies for
+    the two models), a copy left behind when the sync ends (seen failing with Syncer.close doing nothing), and a
+    copy made by a sync with nothing to log."""
+    from lmgrid.tracking import pyfunc_model
+
+    root, ids = clone
+    made, real = [], pyfunc_model.package_source
+
+    @contextlib.contextmanager
+    def counted():
+        with real() as code:
+            made.append(code)
+            yield code
+
+    monkeypatch.setattr(pyfunc_model, "package_source", counted)
+
+    def sync(store: Path) -> Syncer:
+        with contextlib.closing(Syncer(new_store(store) if not store.exists() else f"sqlite:///{store}", CORPUS,
+                                       CorpusData(root, CORPUS))) as syncer:
+            for k in ids:
+                syncer.sync_cell(k, k.run_dir(CORPUS), root / k.run_dir(CORPUS), ["s"])
+        return syncer  # alive: its copy must be gone when the sync ends, not when it is garbage
+
+    first = sync(tmp_path / "once" / "mlflow.db")
+    assert first.counts["created"] == 3 and len(made) == 1 and not made[0].exists()
+    assert sync(tmp_path / "once" / "mlflow.db").counts["unchanged"] == 3 and len(made) == 1  # nothing to log
+    monkeypatch.setattr(Syncer, "code", lambda self: self._closing.enter_context(pyfunc_model.package_source()))
+    sync(tmp_path / "mutant" / "mlflow.db")
+    assert len(made) == 3  # the mutant: one copy per model
+
+
 def test_second_sync_logs_nothing_new(clone):
     root, ids = clone
     uri = f"sqlite:///{root}/results/mlflow.db"
@@ -303,7 +338,7 @@ def _fresh_venv(path: Path, requirements: list[str]) -> Path:
 
 
 @pytest.mark.slow
-def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatch, new_store):
+def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, new_store):
     """A cell's model, copied out of the store, loads and scores in a new virtual environment that holds only its
     requirements.txt and what they require: they are satisfied there offline (`pip install --no-index -r`; no
     `+cpu` local versions), lmgrid comes from the model's own code folder (code_paths), and the test split scores
@@ -338,21 +373,16 @@ def test_a_logged_model_loads_in_a_fresh_environment(clone, tmp_path, monkeypatc
     metrics = json.loads((root / LSTM.run_dir(CORPUS) / "metrics.json").read_text())
     assert perplexity_of(pd.DataFrame([out])) == pytest.approx(metrics["test"]["ppl"], rel=1e-6)
 
-    # The mutant: the same cell logged without lmgrid's source.
-    @contextlib.contextmanager
-    def no_package():
-        empty = tmp_path / "empty" / "not_lmgrid"
-        empty.mkdir(parents=True)
-        yield empty
-
-    monkeypatch.setattr(pyfunc_model, "package_source", no_package)
+    # The mutant: the same cell logged without lmgrid's source (an empty folder as its code).
+    empty = tmp_path / "empty" / "not_lmgrid"
+    empty.mkdir(parents=True)
     mutant_uri = new_store(tmp_path / "mutant" / "mlflow.db")
     mlflow_client = MlflowClient(tracking_uri=mutant_uri)
     with fluent_uri(mutant_uri):
         exp = mlflow_client.create_experiment("mutant", artifact_location=(tmp_path / "mutant_art").as_uri())
         with mlflow.start_run(experiment_id=exp):
             info = pyfunc_model.log_cell_model(LSTM.slug, root / LSTM.run_dir(CORPUS) / "model.ckpt",
-                                               root / f"results/{CORPUS}/vocab.json", test, {}, {})
+                                               root / f"results/{CORPUS}/vocab.json", test, {}, {}, empty)
         mutant_dir = tmp_path / "mutant_model"
         shutil.copytree(mlflow.artifacts.download_artifacts(info.model_uri), mutant_dir)
     failed = subprocess.run([str(python), "-c", FRESH_LOAD, str(mutant_dir), str(test)], env=env, cwd=tmp_path,

@@ -10,6 +10,7 @@ The tracking URI is always passed explicitly (the retired ./mlruns file store is
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -274,6 +275,22 @@ class Syncer:
         self.existing = self._existing()
         self.counts = {"created": 0, "replaced": 0, "unchanged": 0}
         self._packages = None
+        self._code: Path | None = None
+        self._closing = contextlib.ExitStack()
+
+    def code(self) -> Path:
+        """lmgrid's source, copied on the first model this syncer logs (pyfunc_model.package_source) and logged as
+        the code of every model after it; a sync that logs no model copies nothing."""
+        if self._code is None:
+            from lmgrid.tracking import pyfunc_model
+
+            self._code = self._closing.enter_context(pyfunc_model.package_source())
+        return self._code
+
+    def close(self) -> None:
+        """Remove the source copy (if one was made)."""
+        self._closing.close()
+        self._code = None
 
     def _existing(self) -> dict[str, object]:
         """Active runs by run-key tag; stray duplicates (a sync killed mid-way) are deleted."""
@@ -345,7 +362,7 @@ class Syncer:
         with mlflow.start_run(run_id=run_id, log_system_metrics=False):
             plugin = plugins.facts(key.arch)  # a plug-in's class file goes with its model
             info = pyfunc_model.log_cell_model(key.slug, model_file, files.get("vocab"), files.get("test"), params,
-                                               {TAG_KEY: tag}, plugin.source if plugin else None)
+                                               {TAG_KEY: tag}, self.code(), plugin.source if plugin else None)
         self.client.set_tag(run_id, TAG_MODEL, info.model_uri)
         if self.register_models:
             name = registered_name(self.experiment, key)
@@ -502,24 +519,25 @@ def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experimen
 def _sync(uri: str, corpus: str, studies: dict, root: str | Path, experiment_prefix: str, data_settings: dict | None,
           register_models: bool, combinations: list) -> dict:
     root = Path(root)
-    syncer = Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings), register_models)
-    membership: dict[RunKey, list[str]] = {}
-    for name, study in studies.items():
-        for k in expand_study(study):
-            membership.setdefault(k, []).append(name)
-    cell_ids, ppl = {}, {}
-    for key in all_runs(studies):
-        run_dir = root / key.run_dir(corpus)
-        cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
-                                         root / key.beside(corpus, "benchmarks/runs", ".tsv"),
-                                         embedding_payload(root, corpus, key))
-        record = RunRecord.read(run_dir / RECORD_FILE)
-        ppl[key] = (record.valid.ppl, record.test.ppl)
-    study_ids = {}
-    for name, study in studies.items():
-        study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
-        study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
-    combination_ids = {(lambda r: r.get("run") or r["name"])(read_json(root / p)): syncer.sync_combination(root / p)
-                       for p in combinations}
-    return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
-            **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}
+    with contextlib.closing(Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings),
+                                   register_models)) as syncer:
+        membership: dict[RunKey, list[str]] = {}
+        for name, study in studies.items():
+            for k in expand_study(study):
+                membership.setdefault(k, []).append(name)
+        cell_ids, ppl = {}, {}
+        for key in all_runs(studies):
+            run_dir = root / key.run_dir(corpus)
+            cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
+                                             root / key.beside(corpus, "benchmarks/runs", ".tsv"),
+                                             embedding_payload(root, corpus, key))
+            record = RunRecord.read(run_dir / RECORD_FILE)
+            ppl[key] = (record.valid.ppl, record.test.ppl)
+        study_ids = {}
+        for name, study in studies.items():
+            study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
+            study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
+        combination_ids = {(lambda r: r.get("run") or r["name"])(read_json(root / p)):
+                           syncer.sync_combination(root / p) for p in combinations}
+        return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
+                **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}

@@ -121,7 +121,9 @@ def requirements(neural: bool) -> list[str]:
 
 @contextlib.contextmanager
 def package_source():
-    """A copy of lmgrid's source (.py files only: no caches, no build leftovers) to log as a model's code."""
+    """A copy of lmgrid's source (.py files only: no caches, no build leftovers) to log as models' code.  One copy
+    serves every model of a sync (mirror.Syncer.code): MLflow copies it twice more for each model it logs, and
+    creating files is most of the sync job's time on a slow disk."""
     import shutil
     import tempfile
 
@@ -172,17 +174,18 @@ def _quiet():
 
 
 def log_cell_model(name: str, model_file: Path, vocab: Path | None, example_text: Path | None, params: dict,
-                   tags: dict, plugin_source: str | None = None):
+                   tags: dict, code: Path, plugin_source: str | None = None):
     """Log the pyfunc model of one cell, named `name` (RunKey.slug), into the active run; returns MLflow's
-    ModelInfo.  `plugin_source`: a plug-in cell's class file, logged beside the model so it loads in a fresh
-    process without the user's folder."""
+    ModelInfo.  `code`: lmgrid's source as package_source copied it, logged as the model's code.  `plugin_source`:
+    a plug-in cell's class file, logged beside the model so it loads in a fresh process without the user's
+    folder."""
     mlflow = _mlflow()
     artifacts = {"model": str(model_file)}
     if plugin_source:
         artifacts["plugin"] = str(plugin_source)
     if vocab is not None and vocab.is_file():
         artifacts["vocab"] = str(vocab)
-    with _quiet(), package_source() as code:
+    with _quiet():
         return mlflow.pyfunc.log_model(name=name, python_model=LmgridPyfunc(), artifacts=artifacts,
                                        code_paths=[str(code)], signature=signature(),
                                        input_example=input_example(example_text),
