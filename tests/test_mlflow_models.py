@@ -131,11 +131,11 @@ def test_models_load_after_results_moves(clone, tmp_path):
 
 def test_one_sync_copies_lmgrids_source_once_for_all_its_models(clone, tmp_path, monkeypatch, new_store):
     """A sync copies lmgrid's source (the models' code) once however many models it logs, removes the copy when it
-    ends, and copies nothing when it logs no model (MLflow copies the source twice more per model; on the default
-    run's 53 models the third copy was about a quarter of the sync job's time).  Kills: the source packaged again
-    for every model (negative control, run here: a syncer whose code() packages on every call makes two copies for
-    the two models), a copy left behind when the sync ends (seen failing with Syncer.close doing nothing), and a
-    copy made by a sync with nothing to log."""
+    ends, and copies nothing when it logs no model (MLflow copies the source twice more per model).  Kills: the
+    source packaged again for every model (negative control, run here: a syncer whose code() packages on every
+    call makes two copies for the two models), a copy left behind when the sync ends (seen failing with
+    Syncer.close doing nothing), and a copy made by a sync with nothing to log (seen failing with the copy made in
+    Syncer.__init__)."""
     from lmgrid.tracking import pyfunc_model
 
     root, ids = clone

@@ -122,8 +122,8 @@ def requirements(neural: bool) -> list[str]:
 @contextlib.contextmanager
 def package_source():
     """A copy of lmgrid's source (.py files only: no caches, no build leftovers) to log as models' code.  One copy
-    serves every model of a sync (mirror.Syncer.code): MLflow copies it twice more for each model it logs, and
-    creating files is most of the sync job's time on a slow disk."""
+    serves every model of a sync (mirror.Syncer.code): MLflow copies it twice more for each model it logs, and on
+    a slow disk creating those files is a large part of the sync job."""
     import shutil
     import tempfile
 
