@@ -333,6 +333,57 @@ def test_a_new_study_in_config_alone_expands_and_aggregates(tmp_path):
     assert sorted(table["model"].unique()) == ["gru/cell", "mkn"]
 
 
+class _CountingPool(build.ProcessPoolExecutor):
+    """The real pool, counting how many were made, with how many workers, and the tasks given to them."""
+    made: list = []
+
+    def __init__(self, workers, **kw):
+        super().__init__(workers, **kw)
+        self.made.append({"workers": workers, "tasks": 0})
+
+    def submit(self, *args, **kw):
+        self.made[-1]["tasks"] += 1
+        return super().submit(*args, **kw)
+
+
+def _built_in_parallel(made: list, workers: int, studies: int) -> None:
+    assert made == [{"workers": workers, "tasks": studies}], made
+
+
+def test_studies_built_in_parallel_are_the_same_files_and_bytes(tmp_path, monkeypatch):
+    """`lmgrid aggregate --jobs 2` (the workflow passes its threads): one pool of two processes, one task per study,
+    and exactly the serial build's files, in its order, byte for byte.  Kills: --jobs ignored (the studies built one
+    after another in this process: the serial build here is that variant, and the negative control shows the check
+    catches it), the files listed out of the config's order, and a figure or table that differs when drawn in
+    another process (seen failing with the children's PAPER_STYLE at another dpi)."""
+    studies = {"context": {"arch": ["rnn", "kn"], "n_step": [2, 3], "seed": [1, 2]},  # no gates: the cheap figures
+               "depth": {"arch": ["ffnn"], "n_step": [2], "layers": [1, 2], "seed": [1]}}
+    monkeypatch.setattr(build, "ProcessPoolExecutor", _CountingPool)
+    files = {}
+    for jobs in (1, 2):
+        root = tmp_path / f"jobs{jobs}"
+        write_fake_results(root, CORPUS, studies)
+        _CountingPool.made = []
+        written = build.build_all(CORPUS, studies, str(root / f"results/{CORPUS}/oracle.json"), root, jobs=jobs)
+        files[jobs] = [(p.removeprefix(str(root)), (root / p).read_bytes()) for p in written]
+        if jobs == 1:
+            with pytest.raises(AssertionError):  # negative control: a serial build is caught by the check
+                _built_in_parallel(_CountingPool.made, 2, len(studies))
+    _built_in_parallel(_CountingPool.made, 2, len(studies))
+    assert [p for p, _ in files[2]] == [p for p, _ in files[1]]
+    assert [p for (p, a), (_, b) in zip(files[1], files[2]) if a != b] == []
+
+
+def test_a_study_failing_in_a_child_process_is_the_same_one_line_error(tmp_path):
+    """A study's LmgridError raised in a worker process reaches the CLI as that error, not as a pool traceback.
+    Kills: the pool's exception wrapped or swallowed (the other study's files returned as if all were well)."""
+    studies = {"s": {"arch": ["lstm"], "n_step": [2, 3], "seed": [1]}, "t": {"arch": ["rnn"], "n_step": [2], "seed": [1]}}
+    keys = write_fake_results(tmp_path, CORPUS, studies, oracle=False)
+    (tmp_path / keys[0].run_dir(CORPUS) / "gates.csv").unlink()
+    with pytest.raises(LmgridError, match=r"gates.csv: file not found"):
+        build.build_all(CORPUS, studies, None, tmp_path, jobs=2)
+
+
 def test_missing_run_output_is_a_one_line_error(tmp_path):
     studies = {"s": {"arch": ["lstm"], "n_step": [2, 3], "seed": [1]}}
     keys = write_fake_results(tmp_path, CORPUS, studies, oracle=False)
@@ -351,6 +402,8 @@ def test_cli_aggregate_reports_bad_studies_json(capsys):
 
     assert main(["aggregate", "--corpus", "x", "--studies", "{not json"]) == 2
     assert "--studies: not valid JSON" in capsys.readouterr().err
+    assert main(["aggregate", "--corpus", "x", "--studies", "{}", "--jobs", "0"]) == 2
+    assert "--jobs: expected at least 1, got 0" in capsys.readouterr().err
 
 
 def test_mlflow_live_needs_a_server():

@@ -37,6 +37,9 @@ rule aggregate:
         snakemake_outputs(config["studies"], report),
     params:
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
+    # one process per study (lmgrid.analysis.build.build_all): this job ends the run, after every training job, so
+    # its cores would otherwise sit idle; Snakemake scales the claim down to the cores it was given
+    threads: len(config["studies"])
     benchmark:
         "results/{corpus}/benchmarks/aggregate.tsv"
     log:
@@ -46,7 +49,8 @@ rule aggregate:
     message:
         brief("{wildcards.corpus}: tables and figures of every study")
     shell:
-        'lmgrid aggregate --corpus {wildcards.corpus} --studies "$(cat {input.studies})" {params.oracle} > {log} 2>&1'
+        'lmgrid aggregate --corpus {wildcards.corpus} --studies "$(cat {input.studies})" {params.oracle} '
+        "--jobs {threads} > {log} 2>&1"
 
 
 rule mlflow_sync:

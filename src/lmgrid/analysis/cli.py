@@ -28,7 +28,9 @@ def _studies(text: str) -> dict:
 def cmd_aggregate(a) -> None:
     from lmgrid.analysis.build import build_all
 
-    files = build_all(a.corpus, _studies(a.studies), a.oracle, a.root)
+    if a.jobs < 1:
+        raise LmgridError(f"--jobs: expected at least 1, got {a.jobs}")
+    files = build_all(a.corpus, _studies(a.studies), a.oracle, a.root, jobs=a.jobs)
     print(f"wrote {len(files)} files", file=sys.stderr)
 
 
@@ -38,6 +40,7 @@ def register(sub) -> None:
     s.add_argument("--studies", required=True, help="JSON object: study name -> grid (the config's studies)")
     s.add_argument("--oracle", help="oracle.json of the synthetic corpus (adds the oracle line and row)")
     s.add_argument("--root", default=".", help="folder holding results/ (default: current folder)")
+    s.add_argument("--jobs", type=int, default=1, help="studies built at once, one process each (default: 1)")
     s.set_defaults(func=cmd_aggregate)
 
     from lmgrid.analysis.docs_render import register as register_docs  # `lmgrid docs`: README and docs/ tables
