@@ -87,8 +87,9 @@ def build_all(corpus: str, studies: dict, oracle_path: str | None, root: str | P
         if jobs == 1:
             results = (build_study(corpus, name, study, oracle, root) for name, study in studies.items())
         else:
-            pool = stack.enter_context(ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")))
-            # a study that fails stops the others that have not started (its LmgridError reaches the CLI unchanged)
+            pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+            # the one shutdown, also when a study failed: those not started are cancelled, the running ones finish,
+            # and the failed one's LmgridError reaches the CLI unchanged
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
             futures = [pool.submit(build_study, corpus, name, study, oracle, root) for name, study in studies.items()]
             results = (f.result() for f in futures)
