@@ -73,6 +73,9 @@ rule mlflow_sync:
         prefix=shlex.quote(MLFLOW["experiment_prefix"]),
         data_settings=shlex.quote(json.dumps({"corpus": config["corpus"], "vocab": config["vocab"]}, sort_keys=True)),
         register="--register-models" if MLFLOW["register_models"] else "",
+    # The store's one writer, plus a process drawing the runs' curves meanwhile (lmgrid.tracking.curves): the
+    # last job of a run, with the cores otherwise idle.
+    threads: 2
     benchmark:
         "results/{corpus}/benchmarks/mlflow_sync.tsv"
     log:
@@ -84,4 +87,4 @@ rule mlflow_sync:
     shell:
         "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
         "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --data-settings {params.data_settings} "
-        "{params.register} --combinations {input.combinations} --out {output} > {log} 2>&1"
+        "{params.register} --combinations {input.combinations} --jobs {threads} --out {output} > {log} 2>&1"

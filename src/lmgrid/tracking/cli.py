@@ -20,8 +20,10 @@ def cmd_sync(a) -> None:
         data_settings = json.loads(a.data_settings)
     except json.JSONDecodeError as e:
         raise LmgridError(f"--data-settings: not valid JSON ({e})") from None
+    if a.jobs < 1:
+        raise LmgridError(f"--jobs: expected at least 1, got {a.jobs}")
     result = sync(a.tracking_uri, a.corpus, _studies(a.studies), a.root, a.experiment_prefix, data_settings,
-                  a.register_models, a.combinations)
+                  a.register_models, a.combinations, jobs=a.jobs)
     print(f"mlflow: experiment {result['experiment']!r} at {a.tracking_uri}: {result['created']} created, "
           f"{result['replaced']} replaced, {result['unchanged']} unchanged", file=sys.stderr)
     if a.out:
@@ -39,4 +41,6 @@ def register(sub) -> None:
     s.add_argument("--data-settings", default="{}", help="JSON: the config's corpus and vocab sections (run params)")
     s.add_argument("--register-models", action="store_true", help="also register each run's model (a version)")
     s.add_argument("--combinations", nargs="*", default=[], help="the combinations' result.json files (a run each)")
+    s.add_argument("--jobs", type=int, default=1,
+                   help="processes: this one, the store's writer, and JOBS-1 drawing the runs' curves (default: 1)")
     s.set_defaults(func=cmd_sync)

@@ -28,6 +28,7 @@ from lmgrid.common.fileio import read_json
 from lmgrid.run.record import RECORD_FILE, RunRecord
 from lmgrid.run.key import RunKey, all_runs, expand_study
 from lmgrid.tracking import artifact_store, store_lock
+from lmgrid.tracking.curves import CurveDrawer
 from lmgrid.analysis.collect import read_benchmark, read_gates, read_log
 from lmgrid.analysis.layout import EMBEDDING_VECTORS, EMBEDDINGS_DIR, STUDIES_DIR
 from lmgrid.run.live import check_mlflow
@@ -263,7 +264,9 @@ class CorpusData:
 
 
 class Syncer:
-    def __init__(self, uri: str, experiment: str, data: CorpusData | None = None, register_models: bool = False):
+    def __init__(self, uri: str, experiment: str, data: CorpusData | None = None, register_models: bool = False,
+                 jobs: int = 1):
+        """`jobs`: processes, this one and `jobs - 1` that draw the cells' curves ahead (lmgrid.tracking.curves)."""
         self.uri = uri
         self.client = client_for(uri)
         self.experiment = experiment
@@ -277,6 +280,9 @@ class Syncer:
         self._packages = None
         self._code: Path | None = None
         self._closing = contextlib.ExitStack()
+        # closed in reverse: the drawing children stop before their folder is removed
+        self.curves = self._closing.enter_context(contextlib.closing(
+            CurveDrawer(self._closing.enter_context(tempfile.TemporaryDirectory()), jobs)))
 
     def code(self) -> Path:
         """lmgrid's source, copied on the first model this syncer logs (pyfunc_model.package_source) and logged as
@@ -288,7 +294,7 @@ class Syncer:
         return self._code
 
     def close(self) -> None:
-        """Remove the source copy (if one was made)."""
+        """Remove the source copy (if one was made) and the curves; stop the processes drawing them."""
         self._closing.close()
         self._code = None
 
@@ -318,10 +324,15 @@ class Syncer:
         p.write_text(self._packages, encoding="utf-8")
         return p
 
+    def _current(self, tag: str, digest: str) -> bool:
+        """Whether the store already holds `tag`'s run with this content hash (a sync leaves it alone)."""
+        old = self.existing.get(tag)
+        return old is not None and old.data.tags.get(TAG_HASH) == digest
+
     def _start(self, tag: str, digest: str, run_name: str, tags: dict, start_ms: int | None = None):
         """The existing run for `tag` if its content hash matches (None), else a fresh run."""
         old = self.existing.get(tag)
-        if old is not None and old.data.tags.get(TAG_HASH) == digest:
+        if self._current(tag, digest):
             self.counts["unchanged"] += 1
             for k, v in tags.items():  # mutable bookkeeping (e.g. which studies hold the cell)
                 if old.data.tags.get(k) != v:
@@ -380,16 +391,30 @@ class Syncer:
         for m in self.client.search_logged_models([self.experiment_id], filter_string=f"source_run_id = '{run_id}'"):
             self.client.delete_logged_model(m.model_id)
 
+    def _cell_files(self, run_dir: Path) -> list[Path]:
+        files = [run_dir / f for f in (RECORD_FILE, "log.csv", "gates.csv")]
+        if not files[0].is_file():
+            raise LmgridError(f"{files[0]}: file not found (run the training first)")
+        return files
+
+    def _cell_digest(self, files: list[Path], embed: tuple[dict[str, float], list[Path]]) -> str:
+        # The files' bytes, as they are on disk: a cell is re-mirrored only when its folder changed (retrained).
+        return _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else "")
+                    + json.dumps(embed[0], sort_keys=True))
+
+    def draw_curve_ahead(self, key: RunKey, tag: str, run_dir: Path,
+                         embed: tuple[dict[str, float], list[Path]] = ({}, [])) -> None:
+        """Start drawing the curve of a cell that `sync_cell` will re-mirror (none for a current one)."""
+        files = self._cell_files(run_dir)
+        if files[1].is_file() and not self._current(tag, self._cell_digest(files, embed)):
+            self.curves.ahead(tag, files[1], key.name)
+
     def sync_cell(self, key: RunKey, tag: str, run_dir: Path, studies: list[str], bench: Path | None = None,
                   embed: tuple[dict[str, float], list[Path]] = ({}, [])) -> str:
         """`tag` is the run folder relative to the repository (results/<corpus>/runs/...); `bench` the job's
         Snakemake benchmark file; `embed` its word-vector scores and vector files (embedding_payload)."""
-        files = [run_dir / f for f in (RECORD_FILE, "log.csv", "gates.csv")]
-        if not files[0].is_file():
-            raise LmgridError(f"{files[0]}: file not found (run the training first)")
-        # The files' bytes, as they are on disk: a cell is re-mirrored only when its folder changed (retrained).
-        digest = _sha(files, extra=MODEL_FORMAT + (self.data.fingerprint() if self.data else "")
-                      + json.dumps(embed[0], sort_keys=True))
+        files = self._cell_files(run_dir)
+        digest = self._cell_digest(files, embed)
         tags = {TAG_KIND: "cell", TAG_STUDIES: ",".join(studies)}
         start_ms, end_ms = run_times_ms(run_dir, RunRecord.read(files[0]))
         run, fresh = self._start(tag, digest, key.name, tags, start_ms)
@@ -409,9 +434,7 @@ class Syncer:
                 if f.is_file():
                     shutil.copyfile(f, Path(tmp) / f.name)
             if files[1].is_file():
-                from lmgrid.analysis.plots import run_curve
-
-                run_curve(read_log(files[1]), f"{tmp}/curve", key.name)
+                shutil.copyfile(self.curves.path(tag, files[1], key.name), Path(tmp) / "curve.png")
             for f in embed[1]:  # the word vectors, word2vec format
                 (Path(tmp) / "embeddings").mkdir(exist_ok=True)
                 shutil.copyfile(f, Path(tmp) / "embeddings" / f.name)
@@ -508,29 +531,34 @@ def registered_name(experiment: str, key: RunKey) -> str:
 
 
 def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "",
-         data_settings: dict | None = None, register_models: bool = False, combinations: list = ()) -> dict:
+         data_settings: dict | None = None, register_models: bool = False, combinations: list = (),
+         jobs: int = 1) -> dict:
     """Sync every run of every study, then one run per study; returns counts and run ids.  `data_settings`: the
-    config's corpus and vocab sections, logged as params with the dataset inputs.  Holds the store's writer lock
+    config's corpus and vocab sections, logged as params with the dataset inputs.  `jobs`: processes, this one
+    (the store's writer) and `jobs - 1` drawing the cells' curves ahead.  Holds the store's writer lock
     throughout (lmgrid.tracking.store_lock), from MLflow's schema creation to the last run."""
     with store_lock.writing(uri):
-        return _sync(uri, corpus, studies, root, experiment_prefix, data_settings, register_models, combinations)
+        return _sync(uri, corpus, studies, root, experiment_prefix, data_settings, register_models, combinations,
+                     jobs)
 
 
 def _sync(uri: str, corpus: str, studies: dict, root: str | Path, experiment_prefix: str, data_settings: dict | None,
-          register_models: bool, combinations: list) -> dict:
+          register_models: bool, combinations: list, jobs: int) -> dict:
     root = Path(root)
     with contextlib.closing(Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings),
-                                   register_models)) as syncer:
+                                   register_models, jobs)) as syncer:
         membership: dict[RunKey, list[str]] = {}
         for name, study in studies.items():
             for k in expand_study(study):
                 membership.setdefault(k, []).append(name)
+        cells = [(key, key.run_dir(corpus), root / key.run_dir(corpus), embedding_payload(root, corpus, key))
+                 for key in all_runs(studies)]
+        for key, tag, run_dir, embed in cells:  # every curve queued first: the children draw while cells are written
+            syncer.draw_curve_ahead(key, tag, run_dir, embed)
         cell_ids, ppl = {}, {}
-        for key in all_runs(studies):
-            run_dir = root / key.run_dir(corpus)
-            cell_ids[key] = syncer.sync_cell(key, key.run_dir(corpus), run_dir, membership[key],
-                                             root / key.beside(corpus, "benchmarks/runs", ".tsv"),
-                                             embedding_payload(root, corpus, key))
+        for key, tag, run_dir, embed in cells:
+            cell_ids[key] = syncer.sync_cell(key, tag, run_dir, membership[key],
+                                             root / key.beside(corpus, "benchmarks/runs", ".tsv"), embed)
             record = RunRecord.read(run_dir / RECORD_FILE)
             ppl[key] = (record.valid.ppl, record.test.ppl)
         study_ids = {}
