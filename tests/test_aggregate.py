@@ -16,6 +16,7 @@ from lmgrid.run import live
 from lmgrid.analysis.fixtures import write_fake_results
 from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import expand_study
+from pools import CountingPool, one_pool
 
 REAL_SAVE = plots.save  # before any test patches it
 CORPUS = "fx"
@@ -333,23 +334,6 @@ def test_a_new_study_in_config_alone_expands_and_aggregates(tmp_path):
     assert sorted(table["model"].unique()) == ["gru/cell", "mkn"]
 
 
-class _CountingPool(build.ProcessPoolExecutor):
-    """The real pool, counting how many were made, with how many workers, and the tasks given to them."""
-    made: list = []
-
-    def __init__(self, workers, **kw):
-        super().__init__(workers, **kw)
-        self.made.append({"workers": workers, "tasks": 0})
-
-    def submit(self, *args, **kw):
-        self.made[-1]["tasks"] += 1
-        return super().submit(*args, **kw)
-
-
-def _built_in_parallel(made: list, workers: int, studies: int) -> None:
-    assert made == [{"workers": workers, "tasks": studies}], made
-
-
 def test_studies_built_in_parallel_are_the_same_files_and_bytes(tmp_path, monkeypatch):
     """`lmgrid aggregate --jobs 2` (the workflow passes its threads): one pool of two processes, one task per study,
     and exactly the serial build's files, in its order, byte for byte.  Kills: --jobs ignored (the studies built one
@@ -358,18 +342,18 @@ def test_studies_built_in_parallel_are_the_same_files_and_bytes(tmp_path, monkey
     another process (seen failing with the children's PAPER_STYLE at another dpi)."""
     studies = {"context": {"arch": ["rnn", "kn"], "n_step": [2, 3], "seed": [1, 2]},  # no gates: the cheap figures
                "depth": {"arch": ["ffnn"], "n_step": [2], "layers": [1, 2], "seed": [1]}}
-    monkeypatch.setattr(build, "ProcessPoolExecutor", _CountingPool)
+    monkeypatch.setattr(build, "ProcessPoolExecutor", CountingPool)
     files = {}
     for jobs in (1, 2):
         root = tmp_path / f"jobs{jobs}"
         write_fake_results(root, CORPUS, studies)
-        _CountingPool.made = []
+        CountingPool.made = []
         written = build.build_all(CORPUS, studies, str(root / f"results/{CORPUS}/oracle.json"), root, jobs=jobs)
         files[jobs] = [(p.removeprefix(str(root)), (root / p).read_bytes()) for p in written]
         if jobs == 1:
             with pytest.raises(AssertionError):  # negative control: a serial build is caught by the check
-                _built_in_parallel(_CountingPool.made, 2, len(studies))
-    _built_in_parallel(_CountingPool.made, 2, len(studies))
+                one_pool(2, len(studies))
+    one_pool(2, len(studies))
     assert [p for p, _ in files[2]] == [p for p, _ in files[1]]
     assert [p for (p, a), (_, b) in zip(files[1], files[2]) if a != b] == []
 

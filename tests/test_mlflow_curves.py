@@ -14,6 +14,7 @@ from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import all_runs
 from lmgrid.tracking import curves
 from lmgrid.tracking.mirror import TAG_KEY, sync
+from pools import CountingPool, one_pool
 
 CORPUS = "fx"
 STUDIES = {"context": {"arch": ["kn", "lstm", "rnn"], "n_step": [2, 3], "seed": [1, 2]}}
@@ -25,23 +26,6 @@ def results(tmp_path_factory):
     write_fake_results(root, CORPUS, STUDIES)
     build.build_all(CORPUS, STUDIES, str(root / f"results/{CORPUS}/oracle.json"), root)
     return root
-
-
-class _CountingPool(curves.ProcessPoolExecutor):
-    """The real pool, counting how many were made, with how many workers, and the curves given to them."""
-    made: list = []
-
-    def __init__(self, workers, **kw):
-        super().__init__(workers, **kw)
-        self.made.append({"workers": workers, "tasks": 0})
-
-    def submit(self, *args, **kw):
-        self.made[-1]["tasks"] += 1
-        return super().submit(*args, **kw)
-
-
-def _drawn_ahead(made: list, workers: int, tasks: int) -> None:
-    assert made == [{"workers": workers, "tasks": tasks}], made
 
 
 def _curves(uri: str, dest) -> dict[str, bytes]:
@@ -63,19 +47,19 @@ def test_curves_drawn_in_a_child_process_are_the_serial_sync_curves(results, tmp
     writer: the serial sync here is that variant, and the negative control shows the check catches it); a curve
     attached to another run (each title names its cell, so the bytes differ); a curve that differs when drawn in
     another process (another style or dpi in the child)."""
-    monkeypatch.setattr(curves, "ProcessPoolExecutor", _CountingPool)
+    monkeypatch.setattr(curves, "ProcessPoolExecutor", CountingPool)
     neural = [k for k in all_runs(STUDIES) if not k.is_ngram]
     pngs = {}
     for jobs in (1, 2):
-        _CountingPool.made = []
+        CountingPool.made = []
         uri = new_store(tmp_path / f"jobs{jobs}/mlflow.db")
         sync(uri, CORPUS, STUDIES, results, jobs=jobs)
         (tmp_path / f"dl{jobs}").mkdir()
         pngs[jobs] = _curves(uri, tmp_path / f"dl{jobs}")
         if jobs == 1:
             with pytest.raises(AssertionError):  # negative control: the serial sync is caught by the check
-                _drawn_ahead(_CountingPool.made, 1, len(neural))
-    _drawn_ahead(_CountingPool.made, 1, len(neural))
+                one_pool(1, len(neural))
+    one_pool(1, len(neural))
     assert sorted(pngs[1]) == sorted(k.run_dir(CORPUS) for k in neural)
     assert [t for t in pngs[1] if pngs[1][t] != pngs[2][t]] == []
     assert len(set(pngs[2].values())) == len(neural)  # every run its own curve
@@ -88,20 +72,20 @@ def test_only_the_curves_of_runs_to_re_mirror_are_drawn(results, tmp_path, new_s
     ahead, or the others drawn)."""
     root = tmp_path / "copy"
     shutil.copytree(results, root)
-    monkeypatch.setattr(curves, "ProcessPoolExecutor", _CountingPool)
+    monkeypatch.setattr(curves, "ProcessPoolExecutor", CountingPool)
     uri = new_store(tmp_path / "mlflow.db")
-    _CountingPool.made = []
+    CountingPool.made = []
     sync(uri, CORPUS, STUDIES, root, jobs=2)
-    assert _CountingPool.made and _CountingPool.made[0]["tasks"] > 1  # the first sync draws ahead
-    _CountingPool.made = []
+    assert CountingPool.made and CountingPool.made[0]["tasks"] > 1  # the first sync draws ahead
+    CountingPool.made = []
     again = sync(uri, CORPUS, STUDIES, root, jobs=2)
-    assert again["created"] == again["replaced"] == 0 and _CountingPool.made == []
+    assert again["created"] == again["replaced"] == 0 and CountingPool.made == []
     retrained = next(k for k in all_runs(STUDIES) if not k.is_ngram)
     metrics = root / retrained.run_dir(CORPUS) / "metrics.json"
     metrics.write_text(json.dumps(json.loads(metrics.read_text()), indent=3))  # new bytes, the same record
     third = sync(uri, CORPUS, STUDIES, root, jobs=2)
     assert third["replaced"] >= 1
-    _drawn_ahead(_CountingPool.made, 1, 1)
+    one_pool(1, 1)
 
 
 def test_a_curve_failing_in_the_child_is_the_one_line_error(tmp_path):
