@@ -1,5 +1,6 @@
 """A process pool that counts its use, for the tests of jobs that hand work to child processes (`lmgrid aggregate
---jobs`, `lmgrid mlflow-sync --jobs`): a test patches it over the module's ProcessPoolExecutor."""
+--jobs`, `lmgrid mlflow-sync --jobs`): a test patches it over the ProcessPoolExecutor of lmgrid.common.processes,
+which makes both jobs' pools."""
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor

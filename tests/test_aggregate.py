@@ -14,6 +14,7 @@ from scipy import stats
 from lmgrid.analysis import build, collect, layout, names, plots, run_curves, tables
 from lmgrid.run import live
 from lmgrid.analysis.fixtures import write_fake_results
+from lmgrid.common import processes
 from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import expand_study
 from pools import CountingPool, one_pool
@@ -342,7 +343,7 @@ def test_studies_built_in_parallel_are_the_same_files_and_bytes(tmp_path, monkey
     another process (seen failing with the children's PAPER_STYLE at another dpi)."""
     studies = {"context": {"arch": ["rnn", "kn"], "n_step": [2, 3], "seed": [1, 2]},  # no gates: the cheap figures
                "depth": {"arch": ["ffnn"], "n_step": [2], "layers": [1, 2], "seed": [1]}}
-    monkeypatch.setattr(build, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(processes, "ProcessPoolExecutor", CountingPool)
     files = {}
     for jobs in (1, 2):
         root = tmp_path / f"jobs{jobs}"

@@ -10,6 +10,7 @@ from mlflow import MlflowClient
 
 from lmgrid.analysis import build
 from lmgrid.analysis.fixtures import write_fake_results
+from lmgrid.common import processes
 from lmgrid.common.errors import LmgridError
 from lmgrid.run.key import all_runs
 from lmgrid.tracking import curves
@@ -47,7 +48,7 @@ def test_curves_drawn_in_a_child_process_are_the_serial_sync_curves(results, tmp
     writer: the serial sync here is that variant, and the negative control shows the check catches it); a curve
     attached to another run (each title names its cell, so the bytes differ); a curve that differs when drawn in
     another process (another style or dpi in the child)."""
-    monkeypatch.setattr(curves, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(processes, "ProcessPoolExecutor", CountingPool)
     neural = [k for k in all_runs(STUDIES) if not k.is_ngram]
     pngs = {}
     for jobs in (1, 2):
@@ -72,7 +73,7 @@ def test_only_the_curves_of_runs_to_re_mirror_are_drawn(results, tmp_path, new_s
     ahead, or the others drawn)."""
     root = tmp_path / "copy"
     shutil.copytree(results, root)
-    monkeypatch.setattr(curves, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(processes, "ProcessPoolExecutor", CountingPool)
     uri = new_store(tmp_path / "mlflow.db")
     CountingPool.made = []
     sync(uri, CORPUS, STUDIES, root, jobs=2)

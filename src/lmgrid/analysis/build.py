@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from lmgrid.common.errors import LmgridError
+from lmgrid.common.processes import spawned_pool
 from lmgrid.run.key import expand_study
 from lmgrid.analysis import findings, gate_plots, plots, run_curves, tables
 from lmgrid.analysis.collect import load_study, read_oracle
@@ -77,9 +76,8 @@ def build_all(corpus: str, studies: dict, oracle_path: str | None, root: str | P
 
     The studies share nothing (each writes its own folder) and drawing a figure is single-threaded Python, so at the
     end of a run, where this job would otherwise leave the other cores idle, its wall is its slowest worker's rather
-    than the sum. The files are the same bytes either way (figures carry no timestamps). Children are spawned, as on
-    macOS, not forked: each starts from a clean interpreter whatever the caller holds (threads, matplotlib's state),
-    for the price of importing lmgrid again (about a second, in parallel)."""
+    than the sum. The files are the same bytes either way (figures carry no timestamps); the children are
+    lmgrid.common.processes.spawned_pool's."""
     oracle = read_oracle(oracle_path)
     jobs = max(1, min(jobs, len(studies)))
     written = []
@@ -87,10 +85,7 @@ def build_all(corpus: str, studies: dict, oracle_path: str | None, root: str | P
         if jobs == 1:
             results = (build_study(corpus, name, study, oracle, root) for name, study in studies.items())
         else:
-            pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
-            # the one shutdown, also when a study failed: those not started are cancelled, the running ones finish,
-            # and the failed one's LmgridError reaches the CLI unchanged
-            stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+            pool = spawned_pool(stack, jobs)  # a failed study's LmgridError reaches the CLI unchanged
             futures = [pool.submit(build_study, corpus, name, study, oracle, root) for name, study in studies.items()]
             results = (f.result() for f in futures)
         for (name, study), files in zip(studies.items(), results):  # printed and listed in the config's order

@@ -3,16 +3,16 @@ a child process while the sync writes the cells before it into MLflow.
 
 Why: `mlflow_sync` is the store's one writer and the last job of a run, so on a two-core machine the second core
 idles through it.  A curve is matplotlib work that needs no store (about 0.1 s a cell, a sixth of the job), so with
-`jobs` > 1 it moves to `jobs - 1` spawned children (spawned, as `lmgrid.analysis.build.build_all`'s, so they start
-from a clean interpreter), and the sync only copies the finished file.  With `jobs` = 1 each curve is drawn here,
-when its cell is written.  The PNG is the same bytes either way (`plots.save` writes no timestamps).
+`jobs` > 1 it moves to `jobs - 1` child processes (lmgrid.common.processes.spawned_pool), and the sync only copies
+the finished file.  With `jobs` = 1 each curve is drawn here, when its cell is written.  The PNG is the same bytes either way (`plots.save` writes no timestamps).
 """
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
+
+from lmgrid.common.processes import spawned_pool
 
 
 def draw(log_csv: str, stem: str, title: str) -> str:
@@ -47,9 +47,7 @@ class CurveDrawer:
         if self.jobs < 2 or tag in self.pending:
             return
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs - 1, mp_context=multiprocessing.get_context("spawn"))
-            # the one shutdown, also when the sync failed: the curves not started are cancelled
-            self._closing.callback(self._pool.shutdown, wait=True, cancel_futures=True)
+            self._pool = spawned_pool(self._closing, self.jobs - 1)  # stopped by close(), also after a failure
         self.pending[tag] = self._pool.submit(draw, str(log_csv), self._stem(), title)
 
     def path(self, tag: str, log_csv: Path, title: str) -> Path:
