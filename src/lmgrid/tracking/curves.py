@@ -4,7 +4,8 @@ a child process while the sync writes the cells before it into MLflow.
 Why: `mlflow_sync` is the store's one writer and the last job of a run, so on a two-core machine the second core
 idles through it.  A curve is matplotlib work that needs no store (about 0.1 s a cell, a sixth of the job), so with
 `jobs` > 1 it moves to `jobs - 1` child processes (lmgrid.common.processes.spawned_pool), and the sync only copies
-the finished file.  With `jobs` = 1 each curve is drawn here, when its cell is written.  The PNG is the same bytes either way (`plots.save` writes no timestamps).
+the finished file.  With `jobs` = 1 each curve is drawn here, when its cell is written.  The PNG is the same bytes
+either way (`plots.save` writes no timestamps).
 """
 from __future__ import annotations
 
