@@ -226,6 +226,36 @@ def test_the_interval_resamples_the_pairs_gensim_scored(tmp_path, monkeypatch):
         evaluate.pair_scores(kv_of(words, vectors), path)
 
 
+def _interval_is_scipys_paired_bootstrap(tmp_path, seed: int) -> bool:
+    """pair_scores' interval on planted pairs whose cosines tie in places, against scipy's own paired bootstrap of
+    the re-ranked resamples (stats.bootstrap(paired=True) with evaluate.spearman: every resample sorted anew)."""
+    from scipy import stats
+
+    tmp_path.mkdir()
+    path, words, vectors = planted(tmp_path, n=120, seed=seed)
+    # noise for a rho well below 1, rounded for ties among the cosines (pairs drawn twice tie as well)
+    vectors = np.round(vectors + np.random.default_rng(seed).normal(0, 0.5, vectors.shape), 1)
+    kv = kv_of(words, vectors)
+    got = evaluate.pair_scores(kv, path, seed=seed, resamples=999)
+    covered = evaluate.covered_pairs(kv, evaluate.read_pairs(path))
+    human = np.array([s for *_, s in covered])
+    model = np.array([kv.similarity(a, b) for a, b, _ in covered], dtype=np.float64)
+    ci = stats.bootstrap((human, model), evaluate.spearman, paired=True, vectorized=True, n_resamples=999,
+                         confidence_level=evaluate.CONFIDENCE, method="percentile",
+                         rng=np.random.default_rng(seed)).confidence_interval
+    return (got["rho_low"], got["rho_high"]) == pytest.approx((ci.low, ci.high), rel=0, abs=1e-12)
+
+
+def test_the_interval_is_scipys_paired_bootstrap_of_the_rho(tmp_path, monkeypatch):
+    """Each resample's rho is computed from how often it drew each pair (embed.ranks), not by re-ranking it: the
+    interval is still scipy's paired bootstrap of Spearman's rho, the same resamples and the same rhos, ties
+    included.  Kills: a resample's pairs counted once however often drawn (the resample read as a set; run here)."""
+    assert all(_interval_is_scipys_paired_bootstrap(tmp_path / str(seed), seed) for seed in (0, 1, 2))
+    real = evaluate.draw_counts
+    monkeypatch.setattr(evaluate, "draw_counts", lambda draws, n: np.minimum(real(draws, n), 1))
+    assert not _interval_is_scipys_paired_bootstrap(tmp_path / "mutant", 0)
+
+
 def test_too_few_covered_pairs_give_no_score_but_the_coverage(tmp_path):
     """A vocabulary that meets the benchmarks in under MIN_PAIRS pairs (the synthetic corpus) gets no rho, no
     interval and no analogy accuracy, with its coverage.  kills: gensim's ValueError (no pair covered) escaping, or

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from lmgrid.embed import evaluate, export, paired, study
+from lmgrid.embed import evaluate, export, paired, ranks, study
 
 RESAMPLES = 300  # enough for the properties checked (exact zeros, a width ratio); paired.PAIRED_RESAMPLES in the pipeline
 
@@ -160,7 +160,7 @@ def _weighted_rho_is_the_repeated_datas() -> bool:
     human = np.array([s for *_, s in pairs])
     sims = np.round(human + rng.normal(0, 3, (3, len(human))))  # rounded: ties in both rankings
     weights = paired.word_draws([(a.upper(), b.upper()) for a, b, _ in pairs], rng, 4)
-    got = paired.weighted_spearman(human, sims, weights)
+    got = ranks.weighted_spearman(human, sims, weights)
     for r, w in enumerate(weights):
         idx = np.repeat(np.arange(len(human)), w)
         if not np.allclose([stats.spearmanr(human[idx], s[idx]).statistic for s in sims], got[r], atol=1e-12):
@@ -171,9 +171,9 @@ def _weighted_rho_is_the_repeated_datas() -> bool:
 def test_weighted_rho_is_the_rho_of_the_repeated_pairs(monkeypatch):
     """A resample is a weight per pair (how often it is in the resampled data); the rho computed from the weights
     equals scipy's spearmanr over the data with each pair repeated that often, ties included.  Kills: the distinct
-    pairs ranked without their weights (paired.weighted_ranks replaced by plain ranks)."""
+    pairs ranked without their weights (ranks.weighted_ranks replaced by plain ranks)."""
     assert _weighted_rho_is_the_repeated_datas()
     with monkeypatch.context() as m:
-        m.setattr(paired, "weighted_ranks", lambda values, weights: np.broadcast_to(
+        m.setattr(ranks, "weighted_ranks", lambda values, weights: np.broadcast_to(
             stats.rankdata(values, axis=-1)[:, None, :], (len(values),) + weights.shape))
         assert not _weighted_rho_is_the_repeated_datas()

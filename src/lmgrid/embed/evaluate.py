@@ -2,7 +2,8 @@
 
 * WordSim-353 and SimLex-999: Spearman rho between human ratings and cosine similarities over the pairs whose two
   words are in the vocabulary (KeyedVectors.evaluate_word_pairs), with a percentile bootstrap 95% interval over those
-  pairs (scipy.stats.bootstrap, pairs resampled with their two scores) and the coverage: covered pairs out of all.
+  pairs (scipy.stats.bootstrap, pairs resampled with their two scores; each resample's rho from how often it drew
+  each pair, embed.ranks) and the coverage: covered pairs out of all.
 * questions-words: 3CosAdd analogy accuracy over the questions whose four words are covered
   (KeyedVectors.evaluate_word_analogies), and that coverage.
 Lookups are case-insensitive as gensim's are (a pair's word matches the most frequent case variant).  Below
@@ -16,10 +17,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from lmgrid.embed.ranks import CHUNK, MIN_PAIRS, draw_counts, spearman, weighted_spearman
+
 WORD_PAIRS = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt"}
 ANALOGIES = "questions-words.txt"
 DISPLAY = {"wordsim353": "WordSim-353", "simlex999": "SimLex-999", "analogy": "analogies"}
-MIN_PAIRS = 10
 RESAMPLES = 9999  # scipy's default
 CONFIDENCE = 0.95
 
@@ -46,15 +48,6 @@ def read_pairs(path) -> list[tuple[str, str, float]]:
     return out
 
 
-def spearman(x, y, axis=-1):
-    """Spearman's rho along `axis` (vectorised over bootstrap resamples): Pearson's r of the ranks."""
-    rx, ry = stats.rankdata(x, axis=axis), stats.rankdata(y, axis=axis)
-    rx = rx - rx.mean(axis, keepdims=True)
-    ry = ry - ry.mean(axis, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx * ry).sum(axis) / np.sqrt((rx * rx).sum(axis) * (ry * ry).sum(axis))
-
-
 def covered_pairs(kv, pairs: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
     lookup = {k.upper(): k for k in reversed(kv.index_to_key)}  # the first (most frequent) case variant wins
     return [(lookup[a.upper()], lookup[b.upper()], s) for a, b, s in pairs
@@ -78,10 +71,21 @@ def pair_scores(kv, path, seed: int = 0, resamples: int = RESAMPLES) -> dict:
     # The interval resamples the very pairs gensim scored: their count and rho must agree with its.
     if round((1 - oov_percent / 100) * len(pairs)) != len(covered) or not math.isclose(mine, rho, abs_tol=1e-6):
         raise RuntimeError(f"{path}: the pairs resampled are not the {100 - oov_percent:.1f}% gensim scored")
-    ci = stats.bootstrap((human, model), spearman, paired=True, vectorized=True, n_resamples=resamples,
-                         confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
+    # scipy draws the pair indices, as bootstrap(paired=True) does (it resamples np.arange(n) then), and takes the
+    # percentiles; each resample's rho comes from its pair counts (embed.ranks), the same rho as re-ranking it.
+    ci = stats.bootstrap((np.arange(len(covered)),), lambda draws, axis=-1: resampled_rho(human, model, draws),
+                         vectorized=True, batch=CHUNK, n_resamples=resamples, confidence_level=CONFIDENCE,
+                         method="percentile", rng=np.random.default_rng(seed))
     out.update(rho=float(rho), rho_low=float(ci.confidence_interval.low), rho_high=float(ci.confidence_interval.high))
     return out
+
+
+def resampled_rho(human: np.ndarray, model: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """[...] the rho of each resample of the pairs (draws [..., n], the indices drawn): the rho of (human[draws],
+    model[draws]), computed from how often each pair was drawn."""
+    counts = draw_counts(draws, len(human))
+    rho = weighted_spearman(human, model[None, :], counts.reshape(-1, len(human)))[:, 0]
+    return rho.reshape(draws.shape[:-1])
 
 
 def analogy_scores(kv, path) -> dict:

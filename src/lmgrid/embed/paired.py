@@ -22,7 +22,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from lmgrid.embed.evaluate import CONFIDENCE, MIN_PAIRS, WORD_PAIRS, benchmark, read_pairs, spearman
+from lmgrid.embed.evaluate import CONFIDENCE, WORD_PAIRS, benchmark, read_pairs
+from lmgrid.embed.ranks import CHUNK, MIN_PAIRS, spearman, weighted_spearman
 
 # Each vector set is re-ranked on every resample, twice (pairs, words), for every set of a study: 2,000 resamples (as
 # the combinations' bootstrap) put a 95% percentile interval's ends within a small fraction of its width, at a fifth
@@ -54,9 +55,6 @@ def common_mask(sims: np.ndarray) -> np.ndarray:
     return ~np.isnan(sims).any(axis=0)
 
 
-CHUNK = 250  # resamples per vectorised step: [sets, CHUNK, pairs] floats stay a few tens of MB
-
-
 def pair_draws(n_pairs: int, rng, resamples: int) -> np.ndarray:
     """[resamples, pairs] how often each pair is drawn: the pairs drawn with replacement."""
     return rng.multinomial(n_pairs, np.full(n_pairs, 1.0 / n_pairs), size=resamples)
@@ -70,42 +68,6 @@ def word_draws(words: list[tuple[str, str]], rng, resamples: int) -> np.ndarray:
     b = np.array([where[y] for _, y in words])
     counts = rng.multinomial(len(vocab), np.full(len(vocab), 1.0 / len(vocab)), size=resamples)
     return counts[:, a] * counts[:, b]
-
-
-def weighted_ranks(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """[sets, resamples, pairs] the mid-ranks each value would get in the data with pair i repeated weights[r, i]
-    times (values [sets, pairs], weights [resamples, pairs]): the weight below its tie group plus half the group's,
-    plus one half.  Ranking the repeated data itself would cost a sort per resample."""
-    order = np.argsort(values, axis=-1, kind="stable")
-    ordered = np.take_along_axis(values, order, axis=-1)
-    n = values.shape[-1]
-    pos = np.broadcast_to(np.arange(n), values.shape)
-    change = ordered[..., 1:] != ordered[..., :-1]
-    edge = np.ones(values.shape[:-1] + (1,), bool)
-    starts, ends = np.concatenate([edge, change], -1), np.concatenate([change, edge], -1)
-    first = np.maximum.accumulate(np.where(starts, pos, 0), axis=-1)  # each sorted position's tie group: start
-    last = np.minimum.accumulate(np.where(ends, pos, n - 1)[..., ::-1], axis=-1)[..., ::-1]  # and end
-    w = np.moveaxis(weights[:, order], 1, 0)  # [sets, resamples, pairs], each set's pairs in its sorted order
-    cum = np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, axis=-1)], -1)
-    below = np.take_along_axis(cum, np.broadcast_to(first[:, None, :], w.shape), -1)
-    upto = np.take_along_axis(cum, np.broadcast_to(last[:, None, :] + 1, w.shape), -1)
-    ranks_sorted = below + (upto - below + 1) / 2
-    inverse = np.argsort(order, axis=-1)
-    return np.take_along_axis(ranks_sorted, np.broadcast_to(inverse[:, None, :], w.shape), -1)
-
-
-def weighted_spearman(human: np.ndarray, sims: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """[resamples, sets]: Spearman's rho of each set against the human scores on the data with pair i repeated
-    weights[r, i] times (exactly the rho of np.repeat'ed data); NaN under MIN_PAIRS repeated pairs."""
-    rh = weighted_ranks(human[None, :], weights)[0]  # [resamples, pairs]
-    rs = weighted_ranks(sims, weights)  # [sets, resamples, pairs]
-    total = weights.sum(-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dh = rh - (weights * rh).sum(-1, keepdims=True) / total
-        ds = rs - (weights * rs).sum(-1, keepdims=True) / total
-        rho = (weights * dh * ds).sum(-1) / np.sqrt((weights * dh * dh).sum(-1) * (weights * ds * ds).sum(-1))
-    rho[:, total[:, 0] < MIN_PAIRS] = np.nan
-    return rho.T
 
 
 def resampled_rhos(human: np.ndarray, sims: np.ndarray, draws: np.ndarray) -> np.ndarray:
