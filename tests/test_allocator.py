@@ -79,3 +79,28 @@ def test_lmgrid_train_applies_it_before_training(monkeypatch, tmp_path):
     cli.cmd_train(args)
     assert order == ["allocator", "run"]
     assert order != ["run"]
+
+
+def test_lmgrid_combine_applies_it_before_the_fit(monkeypatch):
+    """cmd_combine calls keep_freed_blocks before EM's fit (thousands of steps of components x tokens temporaries).
+    Negative control: the order recorded without the call (the mutation: the call removed) would miss it."""
+    from lmgrid.neural import allocator
+    from lmgrid.testtime.combine import cli, mixture, scorefile
+
+    class Fitted(Exception):
+        pass
+
+    order = []
+    monkeypatch.setattr(allocator, "keep_freed_blocks", lambda: order.append("allocator"))
+    monkeypatch.setattr(scorefile, "read", lambda d, split: (d, split))
+
+    def fit(labels, valid, test):
+        order.append("combine")
+        raise Fitted
+
+    monkeypatch.setattr(mixture, "combine", fit)
+    args = type("A", (), {"component": [("kn", "scores/kn"), ("rnn", "scores/rnn")]})()
+    with pytest.raises(Fitted):
+        cli.cmd_combine(args)
+    assert order == ["allocator", "combine"]
+    assert order != ["combine"]

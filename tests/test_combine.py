@@ -186,11 +186,49 @@ def test_em_weights_match_a_brute_force_grid_search(monkeypatch):
 
     def by_mean_likelihood(w, lp):
         m = w * np.exp(lp).mean(axis=1)
-        return m / m.sum()
+        return float(np.mean(mixture.mixture_logprob(np.log(w), lp))), m / m.sum()
 
     monkeypatch.setattr(mixture, "em_step", by_mean_likelihood)
     bad, _ = fit_weights(valid)
     assert np.abs(bad - grid_w).max() > 0.011
+
+
+def _plain_em(lp, tol=mixture.TOL_NATS):
+    """EM written out as the module docstring states it: weights from the mean posterior shares, then the new
+    weights' valid log-likelihood, until a step gains less than tol."""
+    w = np.full(len(lp), 1.0 / len(lp))
+    ll = float(np.mean(mixture.mixture_logprob(np.log(w), lp)))
+    for it in range(1, mixture.MAX_ITER + 1):
+        joint = np.log(w)[:, None] + lp
+        share = np.exp(joint - mixture.mixture_logprob(np.log(w), lp))
+        w = share.mean(axis=1) / share.mean(axis=1).sum()
+        new = float(np.mean(mixture.mixture_logprob(np.log(w), lp)))
+        gain, ll = new - ll, new
+        if gain < tol:
+            return w, it
+
+
+def test_em_steps_are_plain_ems_to_the_bit():
+    """fit_weights takes a weight's likelihood and the next step's weights from one pass (em_step): its weights and
+    step count equal plain EM's exactly (==), a component near 0 included.  Kills: the weights one step past the
+    stop returned (the fused loop's update applied after its last check; run here)."""
+    lp = _three_components(3, 500)
+    lp[2] = lp[0] - 0.1  # a slightly worse copy: many steps, its weight going to 0
+    valid = [_scores(row) for row in lp]
+
+    def same(fit) -> bool:
+        w, it = fit(valid)
+        plain_w, plain_it = _plain_em(scorefile.stack(valid))
+        return it == plain_it and list(w) == list(plain_w)
+
+    assert same(fit_weights) and _plain_em(scorefile.stack(valid))[1] > 100
+
+    def one_step_past(v):
+        w, it = fit_weights(v)
+        update = mixture.em_step(w, scorefile.stack(v))[1]
+        return update / update.sum(), it
+
+    assert not same(one_step_past)
 
 
 def test_mixture_valid_ppl_is_never_above_the_best_component(monkeypatch):

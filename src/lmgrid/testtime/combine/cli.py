@@ -21,7 +21,11 @@ def cmd_combine(a) -> None:
     from lmgrid.testtime.combine import scorefile, table
     from lmgrid.testtime.combine.adapted import read_settings
     from lmgrid.testtime.combine.mixture import combine
+    from lmgrid.neural.allocator import keep_freed_blocks
 
+    # EM's thousands of steps each allocate and free arrays of components x tokens (logsumexp's temporaries): with
+    # glibc's defaults every step faulted in fresh pages, as much system time as arithmetic (as in training).
+    keep_freed_blocks()
     labels, dirs = zip(*a.component)
     valid = [scorefile.read(d, "valid") for d in dirs]
     test = [scorefile.read(d, "test") for d in dirs]
