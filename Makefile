@@ -91,6 +91,12 @@ status: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m lmgrid plan $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--set "$$SET") $(if $(filter-out all,$(CORES)),--cores $(CORES))
 
+# The tests run in TEST_JOBS worker processes (pytest-xdist): one per core the machine gives this process, at most 4
+# (each worker imports torch; the workflow tests each run Snakemake on 2 cores). --dist loadfile keeps a file's tests
+# in one worker, in their order, so a module's shared work folder (the PTB presets' smoke_workdir) is made once.
+# TEST_JOBS=0 runs them in this process, one after another (pdb, print debugging).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+XDIST   := -n $(TEST_JOBS) $(if $(filter 0,$(TEST_JOBS)),,--dist loadfile)
 # $(call timed_pytest,WHAT,ARGS): pytest ARGS, then one line with WHAT's wall time and pytest's exit status
 timed_pytest = @start=$$(date +%s); $(PY) -m pytest $(2); rc=$$?; \
 	echo "$(1) took $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
@@ -98,13 +104,13 @@ timed_pytest = @start=$$(date +%s); $(PY) -m pytest $(2); rc=$$?; \
 ## the fast tier: unit and component tests that start no Snakemake, read no Penn Treebank and start no server
 ## (tests/tiers.py; at most 10 minutes on a 2-core AVX2-only CPU). Ends with its wall time.
 test: $(TSTAMP)
-	$(call timed_pytest,make test: the fast tier,-m "not full")
+	$(call timed_pytest,make test: the fast tier,-m "not full" $(XDIST))
 
 ## every test: the fast tier, the workflow on the shared tiny grid, the PTB presets on their CI cut (they run when
 ## LMGRID_PTB_DIR points at the Penn Treebank), the MLflow server, the report in a browser where Chromium is
 ## installed (make browser). Ends with its wall time.
 test-full: $(TSTAMP)
-	$(call timed_pytest,make test-full: every test,--durations=30)
+	$(call timed_pytest,make test-full: every test,--durations=30 $(XDIST))
 
 ## the HTML report in a real browser: installs Chromium from the Debian packages when missing (as root), then
 ## fails on a console error, a page error, an image that does not decode, a first screen without the whole summary

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tiers import starts_snakemake
 
 TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 
 # A suite whose Snakemake is a stand-in program of that name (the guard reads the command line; nothing runs)
 SUITE = '''
@@ -80,12 +83,26 @@ def suite(pytester, monkeypatch):
 
 
 def outcomes(result) -> dict[str, set[str]]:
+    """{outcome: test names} from -v lines, pytest's own (`test_suite.py::name PASSED`) or an xdist worker's
+    (`[gw0] [ 10%] PASSED test_suite.py::name`)."""
     found: dict[str, set[str]] = {}
     for line in result.outlines:
-        m = re.match(r"^test_suite\.py::(\w+) (PASSED|FAILED|SKIPPED|ERROR)", line)
+        m = (re.match(r"^test_suite\.py::(?P<name>\w+) (?P<outcome>PASSED|FAILED|SKIPPED|ERROR)", line)
+             or re.match(r"^\[gw\d+\].* (?P<outcome>PASSED|FAILED|SKIPPED|ERROR) test_suite\.py::(?P<name>\w+)", line))
         if m:
-            found.setdefault(m.group(2), set()).add(m.group(1))
+            found.setdefault(m["outcome"], set()).add(m["name"])
     return found
+
+
+def make_test_options() -> list[str]:
+    """The pytest options of `make test` after its `-m "not full"`, as make would run them (`make -n`; the
+    install stamps taken as made), so this checks what the Makefile runs, not a copy of it."""
+    venv = REPO / ".venv"
+    dry = subprocess.run(["make", "-n", "-s", "-o", f"{venv}/.installed-stamp", "-o", f"{venv}/.installed-test-stamp",
+                          "TEST_JOBS=2", "test"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    words = shlex.split(dry.split("-m pytest", 1)[1].split(";", 1)[0])
+    assert words[:2] == ["-m", "not full"], dry
+    return words[2:]
 
 
 def test_the_guard_fails_fast_tier_tests_that_run_snakemake_or_read_ptb(suite):
@@ -99,6 +116,21 @@ def test_the_guard_fails_fast_tier_tests_that_run_snakemake_or_read_ptb(suite):
     assert any("test_unmarked_reads_ptb uses the fixture 'ptb_dir', which reads the Penn Treebank" in line
                for line in why), why
     plain = suite.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    assert outcomes(plain) == {"PASSED": CAUGHT | FINE}, plain.outlines[-40:]
+
+
+def test_the_guard_works_in_the_worker_processes_make_test_runs(suite):
+    """`make test` and `make test-full` run the tests in pytest-xdist worker processes (Makefile, TEST_JOBS): the
+    guard must patch Popen and judge reports in each worker, not only in the controller that runs no test.  Kills
+    a guard whose pytest_configure skips the workers (`if hasattr(config, "workerinput"): return`; seen failing on
+    it: the Snakemake cases pass); the control: the same options without the plugin pass every test."""
+    options = make_test_options()
+    assert options[:2] == ["-n", "2"], options  # TEST_JOBS reaches pytest
+    guarded = suite.runpytest_subprocess("-p", "tiers", "-v", "-p", "no:cacheprovider", *options)
+    found = outcomes(guarded)
+    assert found.get("FAILED") == CAUGHT and found.get("PASSED") == FINE, guarded.outlines[-40:]
+    assert any(re.match(r"^\[gw[01]\]", line) for line in guarded.outlines), "no worker ran a test"
+    plain = suite.runpytest_subprocess("-v", "-p", "no:cacheprovider", *options)
     assert outcomes(plain) == {"PASSED": CAUGHT | FINE}, plain.outlines[-40:]
 
 
