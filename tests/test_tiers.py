@@ -105,31 +105,26 @@ def make_test_options() -> list[str]:
     return words[2:]
 
 
-def test_the_guard_fails_fast_tier_tests_that_run_snakemake_or_read_ptb(suite):
+@pytest.mark.parametrize("runner", ["one process", "make test's workers"])
+def test_the_guard_fails_fast_tier_tests_that_run_snakemake_or_read_ptb(suite, runner):
     """Kills a guard that sees nothing: the same suite without the plugin (the negative control, run here) passes
     every test, so the failures come from tests/tiers.py; and a guard that forgets fixtures (a test that only uses
-    the grid a fixture built with Snakemake would pass)."""
-    guarded = suite.runpytest_subprocess("-p", "tiers", "-v", "-p", "no:cacheprovider")
-    found = outcomes(guarded)
-    assert found.get("FAILED") == CAUGHT and found.get("PASSED") == FINE, guarded.outlines[-40:]
-    why = [line for line in guarded.outlines if "but it is in the fast tier" in line]
-    assert any("test_unmarked_reads_ptb uses the fixture 'ptb_dir', which reads the Penn Treebank" in line
-               for line in why), why
-    plain = suite.runpytest_subprocess("-v", "-p", "no:cacheprovider")
-    assert outcomes(plain) == {"PASSED": CAUGHT | FINE}, plain.outlines[-40:]
-
-
-def test_the_guard_works_in_the_worker_processes_make_test_runs(suite):
-    """`make test` and `make test-full` run the tests in pytest-xdist worker processes (Makefile, TEST_JOBS): the
-    guard must patch Popen and judge reports in each worker, not only in the controller that runs no test.  Kills
-    a guard whose pytest_configure skips the workers (`if hasattr(config, "workerinput"): return`; seen failing on
-    it: the Snakemake cases pass); the control: the same options without the plugin pass every test."""
-    options = make_test_options()
-    assert options[:2] == ["-n", "2"], options  # TEST_JOBS reaches pytest
+    the grid a fixture built with Snakemake would pass).  `make test` and `make test-full` run the tests in
+    pytest-xdist worker processes (Makefile, TEST_JOBS), so the suite runs a second time with `make test`'s own
+    options: the guard must patch Popen and judge reports in each worker, not only in the controller, which runs no
+    test.  That run kills a guard whose pytest_configure skips the workers (`if hasattr(config, "workerinput"):
+    return`; seen failing on it: the Snakemake cases pass)."""
+    options = make_test_options() if runner == "make test's workers" else []
+    if options:
+        assert options[:2] == ["-n", "2"], options  # TEST_JOBS reaches pytest
     guarded = suite.runpytest_subprocess("-p", "tiers", "-v", "-p", "no:cacheprovider", *options)
     found = outcomes(guarded)
     assert found.get("FAILED") == CAUGHT and found.get("PASSED") == FINE, guarded.outlines[-40:]
-    assert any(re.match(r"^\[gw[01]\]", line) for line in guarded.outlines), "no worker ran a test"
+    if options:
+        assert any(re.match(r"^\[gw[01]\]", line) for line in guarded.outlines), "no worker ran a test"
+    why = [line for line in guarded.outlines if "but it is in the fast tier" in line]
+    assert any("test_unmarked_reads_ptb uses the fixture 'ptb_dir', which reads the Penn Treebank" in line
+               for line in why), why
     plain = suite.runpytest_subprocess("-v", "-p", "no:cacheprovider", *options)
     assert outcomes(plain) == {"PASSED": CAUGHT | FINE}, plain.outlines[-40:]
 
