@@ -65,10 +65,10 @@ rule all:
         f"results/{CORPUS}/summary.html",
         expand(snakemake_outputs(config["studies"]), corpus=CORPUS),
         f"results/{CORPUS}/mlflow_sync.json",
-        embedding_outputs(CORPUS),
-        combine_outputs(CORPUS),
-        scales_outputs(CORPUS),
-        budget_outputs(CORPUS),
+        expand(EMBEDDING_OUTPUTS, corpus=CORPUS),
+        COMBINE_JOBS.outputs(CORPUS),
+        expand(SCALES_FILES, corpus=CORPUS),
+        expand(BUDGET_FILES, corpus=CORPUS),
         expand("results/{corpus}/combine/combinations.{ext}", corpus=CORPUS, ext=["csv", "md", "html"])
         if COMBINE else [],
         expand("results/{corpus}/reference.{ext}", corpus=CORPUS, ext=["csv", "md", "tex", "html"])

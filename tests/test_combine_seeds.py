@@ -274,10 +274,13 @@ def test_the_workflow_plans_one_combine_job_per_seed(tmp_path, repo):
         if (repo / extra).exists():
             shutil.copytree(repo / extra, mutant / extra)
     rules = mutant / "workflow" / "rules" / "combine.smk"
-    own = "COMBINE_RUNS = run_folders(_combine_resolved)"
+    own = "    COMBINE_JOBS = CombineJobs(config)\n"
     assert rules.read_text().count(own) == 1
-    rules.write_text(rules.read_text().replace(
-        own, "COMBINE_RUNS = run_folders({n: dict(list(r.items())[:1]) for n, r in _combine_resolved.items()})"))
+    first_seed_only = ("    import lmgrid.testtime.combine.jobs as _jobs\n"
+                       "    _plan = _jobs.run_folders\n"
+                       "    _jobs.run_folders = lambda r: _plan({n: dict(list(s.items())[:1])\n"
+                       "                                         for n, s in r.items()})\n")
+    rules.write_text(rules.read_text().replace(own, first_seed_only + own))
     assert set(plan(mutant)[0]) == {"kn_gru", "pinned"}
 
 

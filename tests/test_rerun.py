@@ -156,10 +156,11 @@ def test_a_changed_component_reruns_only_the_combinations_that_use_it(finished, 
     shutil.copy(repo / "Snakefile", mutant / "Snakefile")
     shutil.copytree(repo / "workflow", mutant / "workflow")
     rules = mutant / "workflow" / "rules" / "combine.smk"
-    own = "for key, mode in COMBINE[w.combo]\n            for f in"
+    own = "    input:\n        COMBINE_JOBS.inputs,\n"
     assert rules.read_text().count(own) == 1
-    rules.write_text(rules.read_text().replace(own, "for key, mode in sorted(set().union(*COMBINE.values()))\n"
-                                                     "            for f in"))
+    every = ("    input:\n        lambda w: sorted(set().union(*(COMBINE_JOBS.inputs(\n"
+             "            __import__('types').SimpleNamespace(corpus=w.corpus, combo=c)) for c in COMBINE))),\n")
+    rules.write_text(rules.read_text().replace(own, every))
     grid = copy_grid(finished, tmp_path / "grid")
     targets = [COMBINED.format(name) for name in CONFIG["combine"]]
     r = snakemake(grid, mutant, *targets)  # the mutant's inputs differ: both combinations rerun once, nothing else

@@ -21,10 +21,14 @@ rule study_grids:
         "results/{corpus}/studies.json",
     params:
         studies=STUDIES_JSON,
+    log:
+        "results/{corpus}/logs/study_grids.log",
+    conda:
+        ENV
     message:
         brief("{wildcards.corpus}: studies of the config -> {output}")
     shell:
-        "printf '%s\\n' {params.studies} > {output}"
+        "printf '%s\\n' {params.studies} > {output} 2> {log}"
 
 
 rule aggregate:
@@ -58,7 +62,8 @@ rule mlflow_sync:
     input:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         studies=snakemake_outputs(config["studies"]),
-        embeddings=lambda w: embedding_outputs(w.corpus),  # embed.smk: scores and vectors of every neural cell
+        # embed.smk: scores and vectors of every neural cell
+        embeddings=lambda w: expand(EMBEDDING_OUTPUTS, corpus=w.corpus),
         # The data every run saw: logged as dataset inputs with digests, so changed data re-syncs and shows.
         data=expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
         stats="results/{corpus}/corpus/corpus_stats.json",

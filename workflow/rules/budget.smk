@@ -22,9 +22,9 @@ COMPARE_BUDGETS = bool(BUDGET_RUNS) and not _BUDGET_MISSING
 # The scales' runs are read, not declared as inputs: declared, they are outputs of this run's own rules too, and
 # Snakemake would rebuild them under this run (a scale corpus's stage differs here: raw_inputs names this config's
 # folder), retraining every scale's run. Their state enters as a params stamp instead, so a rerun scale still
-# reruns `budget` (mtime_stamp, orchestration.scales).
-def budget_outputs(corpus):
-    return [f"{BUDGET_DIR}/{name}".format(corpus=corpus) for name in BUDGET_OUTPUTS] if COMPARE_BUDGETS else []
+# reruns `budget` (mtime_stamp, orchestration.scales). The study's files, over the wildcard {corpus} (rule all
+# expands them).
+BUDGET_FILES = [f"{BUDGET_DIR}/{name}" for name in BUDGET_OUTPUTS] if COMPARE_BUDGETS else []
 
 
 if COMPARE_BUDGETS:

@@ -1,51 +1,33 @@
 # Per-token scores of the cells the combinations use, and the combinations (lmgrid.testtime.combine; docs/contracts.md,
-# "Score files").  token_scores is a rule of its own, after training: it re-runs a cell's evaluation pass from its
-# model file (the train and ngram rules are unchanged, so no cell retrains for it); adapt_scores does the same with
-# a test-time mode (a neural cache, dynamic evaluation).  A combination's inputs are
-# its components' score files: a changed component reruns only the combinations that use it.
+# section Score files).  token_scores is a rule of its own, after training: it re-runs a cell's evaluation pass from
+# its model file (the train and ngram rules are unchanged, so no cell retrains for it); adapt_scores does the same
+# with a test-time mode (a neural cache, dynamic evaluation).  A combination's inputs are its components' score
+# files: a changed component reruns only the combinations that use it.  What each job reads and is told comes from
+# lmgrid.testtime.combine.jobs (CombineJobs: the rules' input and params functions).
 import re
 
-from lmgrid.testtime.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of, needs_train_split
+from lmgrid.testtime.combine.adapted import ADAPTED_MODES, SETTINGS_FILE as ADAPT_SETTINGS, grid_of
+from lmgrid.testtime.combine.jobs import COMBINATIONS, COMBINE_DIR, COMBINE_FILES, COMPARISONS, CombineJobs
 from lmgrid.testtime.combine.scorefile import SCORE_DIR
-from lmgrid.testtime.combine.select import compare_pairs
-from lmgrid.testtime.combine.select import label as combine_label
-from lmgrid.testtime.combine.select import resolve as resolve_combine
-from lmgrid.testtime.combine.select import run_folders
-from lmgrid.testtime.combine.select import score_dir
 from lmgrid.run.record import EVAL_SPLITS as SCORE_SPLITS
 
 try:
-    _combine_resolved, _combine_notes = resolve_combine(config)
-    COMPARE_PAIRS = compare_pairs(config, _combine_resolved, _combine_notes)
+    COMBINE_JOBS = CombineJobs(config)
 except LmgridError as _e:  # a test-time mode on a window-regime cell, a compare_with naming no combination
     sys.exit(f"lmgrid: error: {_e}")
-for _note in _combine_notes:
+for _note in COMBINE_JOBS.notes:
     print(f"lmgrid: {_note}", file=sys.stderr)
 # One job per run of a combination: {folder: (name, seed, components)}; the folder is <name> for a combination of one
 # run, <name>/s<seed> for each seed of one run per seed (lmgrid.testtime.combine.select).
-COMBINE_RUNS = run_folders(_combine_resolved)
-COMBINE = {run: comps for run, (_, _, comps) in COMBINE_RUNS.items()}
-COMBINE_DIR = "results/{corpus}/combine/{combo}"
-COMBINE_FILES = ("result.json", "table.csv", "table.md", "table.html")
-COMBINATIONS = "results/{corpus}/combine/combinations"
-COMPARISONS = "results/{corpus}/combine/comparisons"
-
-
-def combine_outputs(corpus):
-    """Every run's files, and the paired comparisons' when the config asks for any (the combinations rule)."""
-    return ([f"{COMBINE_DIR}/{f}".format(corpus=corpus, combo=c) for c in COMBINE for f in COMBINE_FILES]
-            + ([f"{COMPARISONS.format(corpus=corpus)}.{e}" for e in ("csv", "md", "html")] if COMPARE_PAIRS else []))
-
-
-def _model_file(w):
-    name = "model.arpa" if w.arch in NGRAM_ARCHS else "model.ckpt"
-    return f"{RunKey.from_wildcards(w).run_dir(w.corpus)}/{name}"
+COMBINE_RUNS = COMBINE_JOBS.runs
+COMBINE = COMBINE_JOBS.components
+COMPARE_PAIRS = COMBINE_JOBS.compare_pairs
 
 
 rule token_scores:
     input:
         metrics=f"{RUN_DIR}/metrics.json",
-        model=_model_file,
+        model=COMBINE_JOBS.model_file,
         valid="results/{corpus}/corpus/valid.txt",
         test="results/{corpus}/corpus/test.txt",
         vocab="results/{corpus}/vocab.json",
@@ -54,8 +36,8 @@ rule token_scores:
     wildcard_constraints:
         mode="base",
     params:
-        run_dir=RUN_DIR,
-        out_dir=SCORE_DIR,
+        run_dir=lambda w, input: os.path.dirname(input.metrics),
+        out_dir=lambda w, output: os.path.dirname(output.test_npy),
     # The job sets the thread count the run was evaluated with (metrics.json's device), whatever it is given.
     threads: train_threads
     resources:
@@ -80,16 +62,7 @@ rule token_scores:
 # adapt: grids (a params: changing a grid reruns the modes that use it), test scored once; adapt.json records the
 # choice.  Its own rule: base scores are a cheap pass, these are a grid of passes over valid.  Dynamic evaluation with
 # adapt.dynamic.rule rms also reads the train split (its gradient statistics): only then is train.txt an input and
-# --train passed.
-def _adapt_train(w):
-    return f"results/{w.corpus}/corpus/train.txt" if needs_train_split(w.mode, config["adapt"]) else []
-
-
-def _adapt_train_arg(w):
-    train = _adapt_train(w)
-    return f"--train {shlex.quote(train)}" if train else ""
-
-
+# --train passed (CombineJobs.adapt_train).
 rule adapt_scores:
     input:
         metrics=f"{RUN_DIR}/metrics.json",
@@ -97,17 +70,17 @@ rule adapt_scores:
         valid="results/{corpus}/corpus/valid.txt",
         test="results/{corpus}/corpus/test.txt",
         vocab="results/{corpus}/vocab.json",
-        train=_adapt_train,
+        train=COMBINE_JOBS.adapt_train,
     output:
         **{f"{s}_{e}": f"{SCORE_DIR}/{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")},
         settings=f"{SCORE_DIR}/{ADAPT_SETTINGS}",
     wildcard_constraints:
         mode="|".join(re.escape(m) for m in ADAPTED_MODES),
     params:
-        run_dir=RUN_DIR,
-        out_dir=SCORE_DIR,
+        run_dir=lambda w, input: os.path.dirname(input.metrics),
+        out_dir=lambda w, output: os.path.dirname(output.settings),
         grid=lambda w: shlex.quote(json.dumps(grid_of(w.mode, config["adapt"]), sort_keys=True)),
-        train_arg=_adapt_train_arg,
+        train_arg=COMBINE_JOBS.adapt_train_arg,
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,
@@ -127,32 +100,18 @@ rule adapt_scores:
         "> {log} 2>&1 && tail -n ${{LMGRID_RESULT_LINES:-1}} {log}"
 
 
-def _combine_inputs(w):
-    return [f"{score_dir(w.corpus, key, mode)}/{f}" for key, mode in COMBINE[w.combo]
-            for f in [f"{s}.{e}" for s in SCORE_SPLITS for e in ("npy", "json")]
-            + ([ADAPT_SETTINGS] if mode != "base" else [])]
-
-
-def _combine_args(w):
-    name, seed, _ = COMBINE_RUNS[w.combo]
-    return " ".join(["--component " + shlex.quote(f"{combine_label(key, mode)}={score_dir(w.corpus, key, mode)}")
-                     for key, mode in COMBINE[w.combo]]
-                    + [f"--name {shlex.quote(name)} --run {shlex.quote(w.combo)}"]
-                    + ([f"--seed {seed}"] if seed is not None else []))
-
-
 rule combine:
     localrule: local("combine")
     input:
-        _combine_inputs,
+        COMBINE_JOBS.inputs,
     output:
         **{f.replace(".", "_"): f"{COMBINE_DIR}/{f}" for f in COMBINE_FILES},
     wildcard_constraints:
         combo=r"[A-Za-z0-9][A-Za-z0-9_.-]*(/s\d+)?",
     params:
-        args=_combine_args,
-        description=lambda w: shlex.quote(config["combine"][COMBINE_RUNS[w.combo][0]].get("description", "")),
-        out_dir=COMBINE_DIR,
+        args=COMBINE_JOBS.args,
+        description=COMBINE_JOBS.description,
+        out_dir=lambda w, output: os.path.dirname(output.result_json),
     benchmark:
         "results/{corpus}/benchmarks/combine_{combo}.tsv"
     log:
@@ -170,28 +129,11 @@ rule combine:
 # Every combination in one table, for the report (category Combinations), and the paired bootstraps of the config's
 # compare_with pairs (lmgrid.testtime.combine.compare): they read the members' component score files (each run's
 # mixture is rebuilt from them), the test split's sentences and the vocabulary (the targets' checksum).
-def _compare_inputs(w):
-    if not COMPARE_PAIRS:
-        return {}
-    runs = [c for c, (name, _, _) in COMBINE_RUNS.items() if any(name in pair for pair in COMPARE_PAIRS)]
-    return {"scores": sorted({f"{score_dir(w.corpus, key, mode)}/test.{e}" for c in runs for key, mode in COMBINE[c]
-                              for e in ("npy", "json")}),
-            "test": f"results/{w.corpus}/corpus/test.txt", "vocab": f"results/{w.corpus}/vocab.json"}
-
-
-def _compare_args(w, input, output):
-    if not COMPARE_PAIRS:
-        return ""
-    return (" ".join(f"--pair {shlex.quote(a)}={shlex.quote(b)}" for a, b in COMPARE_PAIRS)
-            + f" --test {input.test} --vocab {input.vocab} --compare-csv {output.compare_csv} "
-              f"--compare-md {output.compare_md} --compare-html {output.compare_html}")
-
-
 rule combinations:
     localrule: local("combine")
     input:
-        unpack(_compare_inputs),
-        results=lambda w: [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c in COMBINE],
+        unpack(COMBINE_JOBS.compare_inputs),
+        results=COMBINE_JOBS.results,
     output:
         csv=f"{COMBINATIONS}.csv",
         md=f"{COMBINATIONS}.md",
@@ -201,7 +143,7 @@ rule combinations:
             "compare_html": report(f"{COMPARISONS}.html", caption="../report/comparisons.rst",
                                    category="Combinations")} if COMPARE_PAIRS else {}),
     params:
-        compare=_compare_args,
+        compare=COMBINE_JOBS.compare_args,
     benchmark:
         "results/{corpus}/benchmarks/combinations.tsv"
     log:

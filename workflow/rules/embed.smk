@@ -6,15 +6,11 @@ from lmgrid.analysis.layout import EMBEDDINGS_DIR, embedding_plan
 
 EMBED = config["embeddings"]
 EMBED_RUN_DIRS = [key.run_dir(CORPUS) for key in all_runs(config["studies"]) if not key.is_ngram]
-
-
-def embedding_outputs(corpus):
-    """The embeddings job's files for `corpus` (none when there is no neural cell or embeddings.enabled is false)."""
-    if not (EMBED["enabled"] and EMBED_RUN_DIRS):
-        return []
-    base = EMBEDDINGS_DIR.format(corpus=corpus)
-    fixed = [f"{base}/{f}" for f in ("embeddings.csv", "neighbours.csv", "vectors")]
-    return fixed + expand(snakemake_outputs(config["studies"], plan=embedding_plan), corpus=corpus)
+# The embeddings job's files, over the wildcard {corpus} (none when there is no neural cell or embeddings.enabled is
+# false): rule all and the MLflow mirror (aggregate.smk) expand them.
+EMBEDDING_OUTPUTS = ([f"{EMBEDDINGS_DIR}/{f}" for f in ("embeddings.csv", "neighbours.csv", "vectors")]
+                     + snakemake_outputs(config["studies"], plan=embedding_plan)
+                     if EMBED["enabled"] and EMBED_RUN_DIRS else [])
 
 
 rule embeddings:

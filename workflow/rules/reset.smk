@@ -4,11 +4,9 @@
 # (docs/contracts.md, "A run folder"); the summary shows its test PPL as the column test_ppl_reset.
 from lmgrid.run.reset_scores import RESET_FILE
 
-
-def reset_files():
-    """The reset_scores.json of every stream-regime neural cell of the config (window cells have none)."""
-    return [f"{key.run_dir(CORPUS)}/{RESET_FILE}" for key in all_runs(config["studies"])
-            if not key.is_ngram and key.regime == "stream"]
+# The reset_scores.json of every stream-regime neural cell of the config (window cells have none).
+RESET_FILES = [f"{key.run_dir(CORPUS)}/{RESET_FILE}" for key in all_runs(config["studies"])
+               if not key.is_ngram and key.regime == "stream"]
 
 
 rule reset_scores:
@@ -25,7 +23,7 @@ rule reset_scores:
                       + [n for n in plugins.names() if "stream" in plugins.facts(n).regimes]),
         regime="stream",
     params:
-        run_dir=RUN_DIR,
+        run_dir=lambda w, input: os.path.dirname(input.metrics),
     # The job sets the thread count the run was evaluated with (metrics.json's device), whatever it is given.
     threads: train_threads
     resources:

@@ -11,14 +11,10 @@ try:
 except LmgridError as _e:
     sys.exit(f"lmgrid: error: {_e}")
 
-
-def _scales_tables():
-    """(scale, study, gates_effect.csv) of this config's gate studies, then of each scale's."""
-    own = [(CORPUS, s, gate_effect_file(CORPUS, s)) for s in gate_studies(config)]
-    return own + [(s.corpus, g, gate_effect_file(s.corpus, g)) for s in SCALES for g in gate_studies(s.config)]
-
-
-SCALES_TABLES = _scales_tables() if SCALES else []
+# (scale, study, gates_effect.csv) of this config's gate studies, then of each scale's.
+SCALES_TABLES = ([(CORPUS, s, gate_effect_file(CORPUS, s)) for s in gate_studies(config)]
+                 + [(s.corpus, g, gate_effect_file(s.corpus, g)) for s in SCALES for g in gate_studies(s.config)]
+                 if SCALES else [])
 _MISSING = [path for corpus, _, path in SCALES_TABLES if corpus != CORPUS and not os.path.exists(path)]
 if _MISSING:
     print(f"lmgrid: the scales' comparison is left out of this run: {_MISSING[0]} is not there yet "
@@ -31,8 +27,8 @@ COMPARE_SCALES = bool(SCALES_TABLES) and not _MISSING
 # are outputs of this run's own rules too (corpus=<corpus>-<label>), and Snakemake rebuilt them under this config's
 # settings (raw_inputs names this config's folder), rewriting the scale's corpus, vocabulary and tables. Their state
 # enters as a params stamp of their mtimes instead (mtime_stamp), so a rerun scale still reruns `scales`.
-def scales_outputs(corpus):
-    return [f"{SCALES_DIR}/gates.{e}".format(corpus=corpus) for e in SCALES_OUTPUTS] if COMPARE_SCALES else []
+# The comparison's files, over the wildcard {corpus} (rule all expands them).
+SCALES_FILES = [f"{SCALES_DIR}/gates.{e}" for e in SCALES_OUTPUTS] if COMPARE_SCALES else []
 
 
 if COMPARE_SCALES:

@@ -5,7 +5,7 @@ rule summary:
         vocab_report="results/{corpus}/vocab_report.json",
         oracle="results/{corpus}/oracle.json" if KIND == "synth" else [],
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
-        reset=reset_files(),  # reset.smk: the stream cells' PPL with the state reset at every sentence
+        reset=RESET_FILES,  # reset.smk: the stream cells' PPL with the state reset at every sentence
     output:
         csv="results/{corpus}/summary.csv",
         md="results/{corpus}/summary.md",
@@ -36,7 +36,7 @@ rule reference:
         combinations=lambda w: [f"results/{w.corpus}/combine/{c}/result.json"
                                 for c, (name, _, _) in COMBINE_RUNS.items()
                                 if name in {r.get("combine") for r in config["reference"]}],
-        reset=reset_files(),  # reset.smk: shown beside our test PPL for stream rows
+        reset=RESET_FILES,  # reset.smk: shown beside our test PPL for stream rows
     output:
         csv="results/{corpus}/reference.csv",
         md="results/{corpus}/reference.md",

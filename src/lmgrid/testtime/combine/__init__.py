@@ -5,5 +5,6 @@ cells.py      a cell's scores by mode (`base`: the run's own evaluation pass); t
 mixture.py    linear interpolation with weights fitted by EM on valid
 table.py      a combination's result: result.json and its table (CSV, Markdown, HTML)
 select.py     the config's `combine:` section: which cells and modes each combination takes
+jobs.py       the combine stage's jobs: what each reads and is told (workflow/rules/combine.smk)
 cli.py        `lmgrid token-scores` and `lmgrid combine`
 """
