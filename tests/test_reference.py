@@ -147,3 +147,34 @@ def test_bad_reference_keys_are_one_line(tmp_path):
         reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "runs": {"width": 3}}], [])
     with pytest.raises(LmgridError, match=r"reference\[0\]\.setting: unknown key 'width'"):
         reference_table([{"model": "x", "published_test_ppl": 1.0, "source": "s", "setting": {"width": 3}}], [])
+
+
+def test_a_difference_is_shown_for_comparable_rows_only(tmp_path, monkeypatch):
+    """reference.csv keeps ours minus published for every row (data); the tables people read, the workflow's
+    reference.md and the README's rendered block, show it only beside a comparable row.  Kills: a table that prints
+    it beside a row whose setting is unknown (the course slides'), where it reads as the verdict the rule withholds
+    (the negative control: shown_difference passing every difference through, as before, is caught in both)."""
+    from lmgrid.analysis import docs_tables, reference
+
+    paths = _seeds(tmp_path, "l2s", [110.0, 112.0, 114.0])
+    write(ROWS, paths, *(str(tmp_path / f"reference.{e}") for e in ("csv", "md", "tex", "html")))
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    (snap / "reference.csv").write_bytes((tmp_path / "reference.csv").read_bytes())
+
+    def last_cells() -> dict[str, list[str]]:
+        """Each table's difference cell of the Zaremba row and of the course slides' row."""
+        write(ROWS, paths, *(str(tmp_path / f"reference.{e}") for e in ("csv", "md", "tex", "html")))
+        md = [ln.split("|") for ln in (tmp_path / "reference.md").read_text().splitlines() if ln.startswith("|")]
+        readme = [ln.split("|") for ln in docs_tables.reference(snap).splitlines() if ln.startswith("|")]
+        at = {"md": md[0].index(next(c for c in md[0] if c.strip() == "difference")),
+              "readme": readme[0].index(next(c for c in readme[0] if c.strip() == "ours minus published"))}
+        rows = {"md": md, "readme": readme}
+        return {k: [r[at[k]].strip() for r in rows[k][2:] if r[1].strip() in ("LSTM 2x200", "LSTM")] for k in rows}
+
+    csv = pd.read_csv(tmp_path / "reference.csv")
+    assert csv["difference"].notna().sum() == 2  # the data: both rows that ran
+    assert last_cells() == {"md": ["-2.5", ""], "readme": ["-2.50", ""]}
+    monkeypatch.setattr(reference, "shown_difference", lambda comparable, difference: difference)
+    monkeypatch.setattr(docs_tables, "shown_difference", lambda comparable, difference: difference)
+    assert last_cells() == {"md": ["-2.5", "+33.4"], "readme": ["-2.50", "+33.37"]}

@@ -13,6 +13,7 @@ import pandas as pd
 
 from lmgrid.analysis import docs_embeddings, docs_gates, docs_gpu
 from lmgrid.analysis.docs_io import blank as _blank, read_csv as _read
+from lmgrid.analysis.reference import shown_difference
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
 from lmgrid.common.units import duration_text, markdown_table
@@ -49,7 +50,8 @@ def reference(snap: Path, _arg: str = "") -> str:
         "seeds": t["seeds"].map(lambda v: _num(v, ".0f")), "our test PPL (mean ± std)": ours,
         "95% t interval": [("" if _blank(r.ci95_low) or r.seeds == 1 or r.ci95_low == r.ci95_high
                             else f"[{r.ci95_low:.2f}, {r.ci95_high:.2f}]") for r in t.itertuples()],
-        "verdict": t["verdict"].map(_text), "ours minus published": t["difference"].map(lambda v: _num(v, "+.2f")),
+        "verdict": t["verdict"].map(_text),
+        "ours minus published": [_num(shown_difference(r.comparable, r.difference), "+.2f") for r in t.itertuples()],
         "our parameters": t["params"].map(lambda v: _num(v, ",.0f"))})
     if "published_params" in t:
         show["published parameters"] = t["published_params"].map(lambda v: _num(v, ",.0f") or "not stated")

@@ -228,6 +228,12 @@ def _setting_cell(ours, published) -> str:
     return f"{'-' if missing(ours) else show(ours)} / {'?' if missing(published) else show(published)}"
 
 
+def shown_difference(comparable: str, difference: float) -> float:
+    """Ours minus published as the tables show it: for a comparable row only.  Beside a row whose setting differs
+    or is unknown, a difference reads as the verdict the rule does not give (reference.csv keeps it as data)."""
+    return difference if comparable == YES else math.nan
+
+
 SETTING_HEADERS = {"hidden_dim": "hidden", "layers": "layers", "dropout": "dropout", "tie_weights": "tied",
                    "bptt": "bptt", "epochs": "epochs", "output": "output"}
 
@@ -252,7 +258,8 @@ def _display(table: pd.DataFrame) -> pd.DataFrame:
         "stop": table["stopped_because"].fillna(""),
         "valid": table["valid_ppl_mean"].map(lambda v: _num(v, ".1f")),
         "wall (min)": table["train_wall_s"].map(lambda v: _num(v / 60, ".1f")),
-        "hardware": table["hardware"].fillna(""), "difference": table["difference"].map(lambda v: _num(v, "+.1f"))})
+        "hardware": table["hardware"].fillna(""),
+        "difference": [_num(shown_difference(r["comparable"], r["difference"]), "+.1f") for _, r in rows]})
 
 
 CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â± std over seeds; test split, one "
@@ -261,7 +268,8 @@ CAPTION = ("Published test perplexities on the Penn Treebank beside ours (mean Â
            "'-': does not apply). Comparable: yes only when the published setting states size, dropout, tying and "
            "output layer (n-grams: smoothing) and ours equals it; a verdict (beats, behind, no difference shown, or "
            "within a reproduction's tolerance) is given only for comparable rows and needs the whole interval on "
-           "one side of the published figure, read at its printed precision. Difference: ours minus published. "
+           "one side of the published figure, read at its printed precision. Difference: ours minus published, on "
+           "comparable rows only. "
            "Wall time: one training run, on the hardware named. Rows marked 'not run here' were not measured here. "
            "Ours (reset): stream models' mean test perplexity with the state reset at every sentence start (each "
            "sentence scored alone, as window models are); no verdict is drawn on it. "
