@@ -69,7 +69,8 @@ rule mlflow_sync:
         stats="results/{corpus}/corpus/corpus_stats.json",
         vocab="results/{corpus}/vocab.json",
         vocab_report="results/{corpus}/vocab_report.json",
-        combinations=lambda w: [f"results/{w.corpus}/combine/{c}/result.json" for c in COMBINE],  # combine.smk
+        # every combination run's result.json (combine.smk, included after this file: looked up when a job is planned)
+        combinations=lambda w: COMBINE_JOBS.results(w),
     output:
         "results/{corpus}/mlflow_sync.json",
     params:
