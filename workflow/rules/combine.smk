@@ -17,9 +17,8 @@ except LmgridError as _e:  # a test-time mode on a window-regime cell, a compare
     sys.exit(f"lmgrid: error: {_e}")
 for _note in COMBINE_JOBS.notes:
     print(f"lmgrid: {_note}", file=sys.stderr)
-# One job per run of a combination: {folder: (name, seed, components)}; the folder is <name> for a combination of one
-# run, <name>/s<seed> for each seed of one run per seed (lmgrid.testtime.combine.select).
-COMBINE_RUNS = COMBINE_JOBS.runs
+# One job per run of a combination: {folder: components}; the folder is <name> for a combination of one run,
+# <name>/s<seed> for each seed of one run per seed (lmgrid.testtime.combine.select; CombineJobs.runs adds name, seed).
 COMBINE = COMBINE_JOBS.components
 COMPARE_PAIRS = COMBINE_JOBS.compare_pairs
 

@@ -33,9 +33,7 @@ rule reference:
         metrics=[f"{d}/metrics.json" for d in run_dirs()],
         # combine.smk: the combinations the rows name (a row naming one left out of the config reads "not run here")
         # (every run of it: one per seed when its neural components pin no seed)
-        combinations=lambda w: [f"results/{w.corpus}/combine/{c}/result.json"
-                                for c, (name, _, _) in COMBINE_RUNS.items()
-                                if name in {r.get("combine") for r in config["reference"]}],
+        combinations=lambda w: COMBINE_JOBS.results(w, names={r.get("combine") for r in config["reference"]}),
         reset=RESET_FILES,  # reset.smk: shown beside our test PPL for stream rows
     output:
         csv="results/{corpus}/reference.csv",

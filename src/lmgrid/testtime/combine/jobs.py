@@ -44,9 +44,11 @@ class CombineJobs:
             files += [f"{COMPARISONS.format(corpus=corpus)}.{e}" for e in ("csv", "md", "html")]
         return files
 
-    def results(self, w) -> list[str]:
-        """Every run's result.json (the combinations table reads them; the MLflow mirror logs them)."""
-        return [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c in self.components]
+    def results(self, w, names: set | None = None) -> list[str]:
+        """Every run's result.json (the combinations table reads them; the MLflow mirror logs them); with `names`,
+        only the runs of those combinations (the reference table's)."""
+        return [f"{COMBINE_DIR}/result.json".format(corpus=w.corpus, combo=c) for c, (name, _, _) in self.runs.items()
+                if names is None or name in names]
 
     @staticmethod
     def model_file(w) -> str:
