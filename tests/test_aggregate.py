@@ -222,6 +222,22 @@ def test_close_lines_get_a_panel_relative_to_the_best(monkeypatch, tmp_path):
     assert list(lines["Feed-forward"]) != pytest.approx([100 * (f / 15.0 - 1) for f in ppl["ffnn"]])
 
 
+def test_close_lines_are_chosen_on_valid_not_test():
+    """Panel (b)'s zoom is a choice of models, so it is made on valid PPL: here Katz is within 25% of the best on
+    test but not on valid (left out), and the RNN within 25% on valid but not on test (kept).  Kills: the choice
+    read from test_ppl_mean (it would keep Katz and drop the RNN)."""
+    valid = {"kn": (30.0, 32.0, 33.0), "lstm": (20.0, 18.0, 17.0), "rnn": (24.0, 22.0, 21.0),
+             "katz": (30.0, 30.0, 30.0)}
+    test = {"kn": (30.0, 32.0, 33.0), "lstm": (20.0, 18.0, 17.0), "rnn": (30.0, 30.0, 30.0),
+            "katz": (24.0, 22.0, 21.0)}
+    summary = _summary({(a, n): (v, math.nan, 1) for a, vs in valid.items() for n, v in zip((2, 5, 9), vs)})
+    summary["test_ppl_mean"] = [test[r.arch][(2, 5, 9).index(r.n_step)] for r in summary.itertuples()]
+    assert plots.close_lines(summary, "n_step", plots._series(summary, [])) == ["Elman RNN", "LSTM"]
+    # Control: the same rule read from test picks other lines, so the data tell the mutant apart.
+    on_test = summary.assign(valid_ppl_mean=summary["test_ppl_mean"])
+    assert plots.close_lines(on_test, "n_step", plots._series(on_test, [])) == ["Katz", "LSTM"]
+
+
 def _tau_b(xs, ys):
     """Kendall's tau-b by its definition: (concordant - discordant) / sqrt((pairs - ties in x)(pairs - ties in y))."""
     pairs = [(a, b) for a in range(len(xs)) for b in range(a + 1, len(xs))]

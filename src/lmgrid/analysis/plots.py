@@ -153,9 +153,10 @@ def _figure_legend(fig, handles, below: bool) -> None:
 
 
 def close_lines(df: pd.DataFrame, x: str, series: list[tuple[str, str, pd.DataFrame]]) -> list[str]:
-    """Labels of the lines whose mean test PPL is within CLOSE_FRACTION of the best line's at every x where they have
-    a point (the best line included), in series order; [] when fewer than two lines are that close."""
-    means = pd.DataFrame({label: g.set_index(x)["test_ppl_mean"] for label, _, g in series})
+    """Labels of the lines whose mean valid PPL is within CLOSE_FRACTION of the best line's at every x where they have
+    a point (the best line included), in series order; [] when fewer than two lines are that close.  Picked on valid,
+    never test: the zoom is a choice of models, and test PPL is only drawn, not used to choose."""
+    means = pd.DataFrame({label: g.set_index(x)["valid_ppl_mean"] for label, _, g in series})
     gap = means.div(means.min(axis=1), axis=0) - 1
     close = [label for label in means.columns if (gap[label].dropna() <= CLOSE_FRACTION).all()]
     return close if len(close) >= 2 else []
