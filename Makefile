@@ -166,6 +166,14 @@ clean:
 bench-%: $(STAMP)
 	$(PY) -m lmgrid.bench $*
 
+## a new user's first run, timed (tools/first_run.py): the README's `make setup` and `make run` on a fresh clone of
+## HEAD beside this one, with empty uv and pip caches; prints both times, their sum and the CPU (FIRST_RUN_ARGS:
+## --keep, --json PATH, --parent DIR). Installs nothing here, so it needs no venv
+FIRST_RUN_ARGS ?=
+.PHONY: first-run
+first-run:
+	python3 tools/first_run.py $(FIRST_RUN_ARGS)
+
 ## the prepared check of the GPU path on a single-GPU machine, at most 10 min (tools/gpu_check.py, docs/gpu/README.md):
 ## the GPU, the GPU tests, the medium PTB cell in bf16 and fp32, one run of every arch, resume after SIGKILL, the warm
 ## server and the device in a cell's identity. Needs no venv, Snakemake, MLflow or jsonschema: GPU_PY is the
