@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """A new user's first run, timed: the README's quick start on a fresh clone with empty package caches.
 
-    python3 tools/first_run.py [--repo .] [--parent DIR] [--keep] [--json PATH]      # or: make first-run
+    python3 tools/first_run.py [--repo .] [--parent DIR] [--keep] [--json PATH] [--snapshot DIR]   # make first-run
 
 It clones the repository's HEAD into a new folder under --parent (default: the folder beside the repository, whose
 disk already holds one virtual environment), links `shared/` beside the clone when the repository has `../shared`,
 points uv's cache at a new empty folder and turns pip's off (`PIP_NO_CACHE_DIR=1`), then runs `make setup` and
 `make run` there, each timed by its wall clock.  It prints the two times, their sum and the machine (the CPU model,
-its vector ISA, whether it has avx512_bf16, its cores), and with --json writes the same as one JSON object.
+its vector ISA, whether it has avx512_bf16, its cores), and writes the same as one JSON object to
+`results/first_run.json` in the clone (and to --json).  --snapshot DIR then takes the docs snapshot of the clone's
+run (`lmgrid docs --from results/<corpus> --snapshot DIR`, the clone's lmgrid), which carries those figures, so the
+docs render the install-included time of the very run they show.
 
 This is the measurement the project's target for the quick start is read from (at most 8 minutes, install included, on
 a 2-core AVX2-only CPU): one command on the machine in question, so nobody times it by hand. It prints figures and
@@ -86,12 +89,25 @@ def clone(repo: Path, parent: Path) -> tuple[Path, str, bool]:
     return work, commit, dirty
 
 
-def timed(step: str, work: Path, env: dict) -> tuple[float, int]:
-    """`make <step>` in `work`, its output in `work/first_run.<step>.log`: wall seconds and exit status."""
+def timed(step: str, work: Path, env: dict) -> tuple[int, int]:
+    """`make <step>` in `work`, its output in `work/first_run.<step>.log`: wall seconds and exit status.  Whole
+    seconds: a step takes minutes, and the sum of the shown parts then equals the shown total."""
     with open(work / f"first_run.{step}.log", "w") as log:
         start = time.monotonic()
         rc = subprocess.run(["make", step], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    return time.monotonic() - start, rc
+    return round(time.monotonic() - start), rc
+
+
+def snapshot(work: Path, dest: Path) -> str | None:
+    """`lmgrid docs --from results/<corpus> --snapshot dest` with the clone's own lmgrid (the commit measured), so
+    the docs snapshot carries results/first_run.json; None when it worked, else why not, in a few words."""
+    found = sorted(work.glob("results/*/summary.csv"))
+    if len(found) != 1:
+        return f"{len(found)} results/<corpus>/summary.csv in {work}, not one"
+    cmd = [str(work / ".venv" / "bin" / "lmgrid"), "docs", "--from", str(found[0].parent), "--snapshot", str(dest)]
+    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    return None if r.returncode == 0 else f"`lmgrid docs --snapshot {dest}` exited {r.returncode}: {last}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent", type=Path, help="where the fresh clone goes (default: beside the repository)")
     ap.add_argument("--keep", action="store_true", help="keep the clone, its venv, cache and logs")
     ap.add_argument("--json", type=Path, help="also write the figures here as one JSON object")
+    ap.add_argument("--snapshot", type=Path, metavar="DIR",
+                    help="then snapshot the clone's run into DIR (docs/results/<name>) with the figures in it")
     args = ap.parse_args(argv)
     repo = args.repo.resolve()
     if not (repo / ".git").exists():
@@ -119,16 +137,25 @@ def main(argv: list[str] | None = None) -> int:
     for step in STEPS:
         out[f"{step}_s"], rc = timed(step, work, env)
         if rc:
-            print(f"first-run: error: `make {step}` exited {rc} after {out[f'{step}_s']:.1f} s; its log: "
+            print(f"first-run: error: `make {step}` exited {rc} after {out[f'{step}_s']} s; its log: "
                   f"{work / f'first_run.{step}.log'} (the clone is kept)", file=sys.stderr)
             return 1
     out["total_s"] = sum(out[f"{s}_s"] for s in STEPS)
+    # beside the corpora, where a docs snapshot of this run finds it (lmgrid.analysis.docs_snapshot.FIRST_RUN_FILE)
+    (work / "results").mkdir(exist_ok=True)
+    (work / "results" / "first_run.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"first-run at {commit[:10]} on {out['cpu']} ({out['isa']}, avx512_bf16: "
-          f"{'yes' if out['avx512_bf16'] else 'no'}, {out['cores']} cores): make setup {out['setup_s']:.1f} s, "
-          f"make run {out['run_s']:.1f} s, together {out['total_s']:.1f} s (the target: {TARGET_S} s on 2 "
+          f"{'yes' if out['avx512_bf16'] else 'no'}, {out['cores']} cores): make setup {out['setup_s']} s, "
+          f"make run {out['run_s']} s, together {out['total_s']} s (the target: {TARGET_S} s on 2 "
           f"AVX2-only cores)")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if args.snapshot:
+        failed = snapshot(work, args.snapshot.resolve())
+        if failed:
+            print(f"first-run: error: {failed} (the clone is kept)", file=sys.stderr)
+            return 1
+        print(f"first-run: snapshot of the run in {args.snapshot}")
     if not args.keep:
         shutil.rmtree(work.parent)
     return 0

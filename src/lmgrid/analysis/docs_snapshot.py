@@ -21,7 +21,9 @@ epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
   jobs' CPU time from their benchmark files (a training job's benchmark measures only the client that handed it to
   the warm server, lmgrid.orchestration.warm, so its CPU is taken from metrics.json instead);
 * `report_wall_s`: the HTML report's wall time (results/benchmarks/report.tsv, `make run`'s last step), when it
-  ended after the run's last job.
+  ended after the run's last job;
+* `first_run.json`, when `make first-run` (tools/first_run.py) made the run: the fresh clone's `make setup` and
+  `make run` wall times and its CPU, copied from `results/first_run.json` when that names the same commit.
 Nothing in it is typed by hand.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ import pandas as pd
 
 from lmgrid.analysis.collect import read_benchmark
 from lmgrid.common.errors import LmgridError
-from lmgrid.common.fileio import atomic_write, write_json
+from lmgrid.common.fileio import atomic_write, read_json, write_json
 from lmgrid.common.gitinfo import commit
 from lmgrid.run.key import NGRAM_ARCHS
 from lmgrid.run.record import RECORD_FILE, RunRecord
@@ -49,6 +51,9 @@ SNAPSHOT_GLOBS = ("summary.csv", "reference.csv", "combine/*.csv", "studies/*/ta
                   "budget/compute.csv", "budget/ppl_vs_compute.png")
 RUN_FILE = "run.json"
 RUNS_FILE = "runs.csv"
+# A fresh clone's timed quick start (tools/first_run.py), written beside the corpora: copied when it names the
+# commit of the results, so the docs can render the install-included time of the very run they show.
+FIRST_RUN_FILE = "first_run.json"
 RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "epochs", "best_epoch",
                 "stopped_because", "wall_s", "cpu_s", "attempts", "precision", "device"]
 # A snapshot is kept in the repository: refuse one that grew past this (a run folder given by mistake).
@@ -148,5 +153,9 @@ def snapshot(results: str | Path, out: str | Path) -> list[Path]:
         written.append(dest)
     with atomic_write(out / RUNS_FILE) as fh:
         runs.to_csv(fh, index=False)
+    first = results.parent / FIRST_RUN_FILE
+    if first.is_file() and str(read_json(first).get("commit", "")).startswith(run["commit"]):
+        shutil.copyfile(first, out / FIRST_RUN_FILE)
+        written.append(out / FIRST_RUN_FILE)
     write_json(out / RUN_FILE, run)
     return [*written, out / RUNS_FILE, out / RUN_FILE]

@@ -13,6 +13,7 @@ import pandas as pd
 
 from lmgrid.analysis import docs_embeddings, docs_gates, docs_gpu
 from lmgrid.analysis.docs_io import blank as _blank, read_csv as _read
+from lmgrid.analysis.docs_snapshot import FIRST_RUN_FILE
 from lmgrid.analysis.reference import shown_difference
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
@@ -129,6 +130,22 @@ def timing(snap: Path, _arg: str = "") -> str:
             + (" (so far below 100%: the jobs waited on one another or shared the machine with other work)."
                if share < 0.5 else ".")
             + (f" The HTML report took {duration(r['report_wall_s'])} more." if "report_wall_s" in r else ""))
+
+
+def first_run(snap: Path, _arg: str = "") -> str:
+    """One line: the install-included time of a fresh clone's quick start (first_run.json, tools/first_run.py), or
+    that this snapshot's run was not made that way.  The CPU is the one the tool read, with its vector ISA, since the
+    project's target names an AVX2-only CPU."""
+    path = snap / FIRST_RUN_FILE
+    if not path.is_file():
+        return "*This run was not timed from a fresh clone (`make first-run` with `--snapshot` makes one that is).*"
+    r = read_json(path)
+    isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(r["isa"], r["isa"])
+    return (f"A fresh clone of this commit, timed by `make first-run` (uv's and pip's caches empty): `make setup` took "
+            f"{duration(r['setup_s'])} and `make run` (Snakemake's start, the jobs, the report) "
+            f"{duration(r['run_s'])}, **{duration(r['total_s'])}** in all, "
+            f"on {r['cpu']} ({isa}, avx512_bf16: {'yes' if r['avx512_bf16'] else 'no'}, {r['cores']} cores). The "
+            f"target: {duration(r['target_s'])} on a 2-core AVX2-only CPU.")
 
 
 def _lower_bound(r: dict) -> str:
@@ -254,8 +271,8 @@ def train_cost(snap: Path, against: str = "") -> str:
 
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "stops": stops, "budget": budget, "train_cost": train_cost, **docs_gates.TABLES,
-          **docs_embeddings.TABLES, **docs_gpu.TABLES}
+          "study": study, "timing": timing, "first_run": first_run, "stops": stops, "budget": budget,
+          "train_cost": train_cost, **docs_gates.TABLES, **docs_embeddings.TABLES, **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:
