@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = args.repo.resolve()
     if not (repo / ".git").exists():
         ap.error(f"--repo {args.repo}: not a git repository")
-    parent = args.parent or repo.parent
+    parent = (args.parent or repo.parent).resolve()
     if not parent.is_dir():
         ap.error(f"--parent {parent}: no such folder")
     try:
