@@ -186,3 +186,4 @@ def test_the_docs_snapshot_carries_the_first_run_of_its_own_commit_only(tmp_path
                     "30 s, **6 min 31 s** in all, on CPU Y (AVX2 only, avx512_bf16: no, 2 cores)") in text, text
         else:
             assert "not timed from a fresh clone" in text
+

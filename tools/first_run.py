@@ -17,16 +17,16 @@ a 2-core AVX2-only CPU): one command on the machine in question, so nobody times
 asserts nothing; the network's speed, the load and the CPU all enter them. Only the committed HEAD is measured:
 uncommitted changes are named in a warning and left out.
 
-It runs before any virtual environment exists, so it uses the standard library only.  Exit status: 0 when both steps
-passed (the clone is removed unless --keep), 1 when one failed (the clone and its logs are kept; one line names the
-step and its log), 2 on bad arguments.
+It runs before any virtual environment exists, so it uses the standard library and lmgrid's own modules that need
+nothing else (the machine, the CPU flags, the ISA ranking), from this source tree's src/. Exit status: 0 when both
+steps passed (the clone is removed unless --keep), 1 when one failed (the clone and its logs are kept; one line names
+the step and its log), 2 on bad arguments.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +34,15 @@ import tempfile
 import time
 from pathlib import Path
 
+# lmgrid's own standard-library modules, from the source tree this tool sits in (no venv needed).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from lmgrid.bench.peak import fp32_lanes  # noqa: E402
+from lmgrid.common.gitinfo import UNKNOWN, commit  # noqa: E402
+from lmgrid.common.machine import machine  # noqa: E402
+from lmgrid.neural.precision import cpu_flags  # noqa: E402
+
+# fp32_lanes' ISA -> the name this tool records (first_run.json's `isa`; lmgrid.analysis.docs_tables.first_run).
+ISA_NAMES = {"avx512f": "avx512", "avx2+fma": "avx2-only", "sse": "older"}
 # The README's quick start, in order: the install, then the default pipeline with its report.
 STEPS = ("setup", "run")
 # The quick start's target (seconds), install included, on a 2-core AVX2-only CPU.
@@ -41,30 +50,15 @@ TARGET_S = 8 * 60
 
 
 def cpu() -> dict:
-    """The CPU model, its widest vector ISA among AVX2 and AVX-512, avx512_bf16, and the cores Python may use, from
-    /proc/cpuinfo (Linux); `unknown` where that file is missing."""
-    model, flags = "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        model = platform.processor() or "unknown"
-    return {"cpu": model, "isa": isa(flags), "avx512_bf16": "avx512_bf16" in flags,
-            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    """The machine as a docs snapshot names it (lmgrid.common.machine: CPU model, avx512_bf16, cores) and its vector
+    ISA (isa) from the flags lmgrid reads (lmgrid.neural.precision.cpu_flags)."""
+    return {**machine(), "isa": isa(cpu_flags())}
 
 
 def isa(flags: set[str]) -> str:
-    """`avx512` when the CPU has AVX-512 Foundation, `avx2-only` when it has AVX2 and not that, else `older`
-    (`unknown` with no flags at all)."""
-    if not flags:
-        return "unknown"
-    if "avx512f" in flags:
-        return "avx512"
-    return "avx2-only" if "avx2" in flags else "older"
+    """The widest fp32 SIMD of the flags, as lmgrid.bench.peak.fp32_lanes ranks them: `avx512` (AVX-512 Foundation),
+    `avx2-only` (AVX2 and FMA, no AVX-512), `older`; `unknown` with no flags at all."""
+    return ISA_NAMES[fp32_lanes(flags)[0]] if flags else "unknown"
 
 
 def fresh_env(caches: Path) -> dict:
@@ -76,17 +70,16 @@ def fresh_env(caches: Path) -> dict:
 def clone(repo: Path, parent: Path) -> tuple[Path, str, bool]:
     """A fresh clone of `repo`'s HEAD in a new folder under `parent`, with `shared` linked beside it when the repo
     has `../shared`; its path, the commit and whether `repo` had uncommitted changes to tracked files."""
-    git = ["git", "-C", str(repo)]
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    dirty = bool(subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                text=True, check=True).stdout.strip())
+    head = commit(repo, short=None)
+    if head["commit"] == UNKNOWN:
+        raise OSError(f"git finds no HEAD in {repo}")
     top = Path(tempfile.mkdtemp(prefix="lmgrid-first-run.", dir=parent))
     work = top / repo.resolve().name
     subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
-    subprocess.run(["git", "-C", str(work), "checkout", "-q", commit], check=True)
+    subprocess.run(["git", "-C", str(work), "checkout", "-q", head["commit"]], check=True)
     if (repo.resolve().parent / "shared").is_dir():
         (top / "shared").symlink_to(repo.resolve().parent / "shared")
-    return work, commit, dirty
+    return work, head["commit"], head["dirty"]
 
 
 def timed(step: str, work: Path, env: dict) -> tuple[int, int]:
@@ -126,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     if not parent.is_dir():
         ap.error(f"--parent {parent}: no such folder")
     try:
-        work, commit, dirty = clone(repo, parent)
+        work, head, dirty = clone(repo, parent)
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"first-run: error: could not clone {repo} under {parent}: {e}", file=sys.stderr)
         return 1
     if dirty:
-        print(f"first-run: warning: {repo} has uncommitted changes; measuring its HEAD {commit[:10]} without them")
+        print(f"first-run: warning: {repo} has uncommitted changes; measuring its HEAD {head[:10]} without them")
     env = fresh_env(work.parent / "caches")
-    out = {"commit": commit, "clone": str(work), **cpu(), "target_s": TARGET_S}
+    out = {"commit": head, "clone": str(work), **cpu(), "target_s": TARGET_S}
     for step in STEPS:
         out[f"{step}_s"], rc = timed(step, work, env)
         if rc:
@@ -141,15 +134,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{work / f'first_run.{step}.log'} (the clone is kept)", file=sys.stderr)
             return 1
     out["total_s"] = sum(out[f"{s}_s"] for s in STEPS)
+    figures = json.dumps(out, indent=2) + "\n"
     # beside the corpora, where a docs snapshot of this run finds it (lmgrid.analysis.docs_snapshot.FIRST_RUN_FILE)
     (work / "results").mkdir(exist_ok=True)
-    (work / "results" / "first_run.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(f"first-run at {commit[:10]} on {out['cpu']} ({out['isa']}, avx512_bf16: "
+    (work / "results" / "first_run.json").write_text(figures)
+    print(f"first-run at {head[:10]} on {out['cpu']} ({out['isa']}, avx512_bf16: "
           f"{'yes' if out['avx512_bf16'] else 'no'}, {out['cores']} cores): make setup {out['setup_s']} s, "
           f"make run {out['run_s']} s, together {out['total_s']} s (the target: {TARGET_S} s on 2 "
           f"AVX2-only cores)")
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(figures)
     if args.snapshot:
         failed = snapshot(work, args.snapshot.resolve())
         if failed:

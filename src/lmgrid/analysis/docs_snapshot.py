@@ -29,10 +29,7 @@ Nothing in it is typed by hand.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +38,7 @@ from lmgrid.analysis.collect import read_benchmark
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import atomic_write, read_json, write_json
 from lmgrid.common.gitinfo import commit
+from lmgrid.common.machine import machine
 from lmgrid.run.key import NGRAM_ARCHS
 from lmgrid.run.record import RECORD_FILE, RunRecord
 
@@ -61,18 +59,6 @@ MAX_BYTES = 2 * 2**20
 # A gap this long with no job running counts as a resumption: longer than Snakemake's pause between two jobs of a
 # running workflow (seconds), shorter than a stop at a session's end and a start in the next.
 RESUME_GAP_S = 600.0
-
-
-def machine() -> dict:
-    """This machine's CPU model, whether it computes bf16 (the avx512_bf16 flag) and its core count, from lscpu."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        text = ""
-    fields = dict(re.findall(r"^([^:\n]+):\s*(.*)$", text, flags=re.M))
-    return {"cpu": fields.get("Model name", "unknown").strip(),
-            "avx512_bf16": "avx512_bf16" in fields.get("Flags", "").split(),
-            "cores": os.cpu_count() or 1}
 
 
 def runs_table(results: Path) -> pd.DataFrame:

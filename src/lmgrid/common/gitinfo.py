@@ -1,6 +1,7 @@
 """The git commit a checkout is at, as every record of where a figure came from names it: a docs snapshot's
 run.json (lmgrid.analysis.docs_snapshot), an MLflow run's tags (lmgrid.tracking.mirror), the screenshots' sidecars
-(lmgrid.orchestration.screenshots), a benchmark's header (lmgrid.bench.steps) and the GPU check (tools/gpu_check.py).
+(lmgrid.orchestration.screenshots), a benchmark's header (lmgrid.bench.steps), the GPU check (tools/gpu_check.py)
+and a fresh clone's timed quick start (tools/first_run.py).
 
 One function, so that they all mean the same by "the commit" and by "dirty": uncommitted changes to tracked files
 (untracked files, such as results/, are not a change to the code that ran).

@@ -174,9 +174,9 @@ def fit_png(png: Path, limit_kb: int = 300) -> None:
 
 
 def machine() -> dict:
-    """The machine as a results snapshot records it (lmgrid.analysis.docs_snapshot.machine, from lscpu), under the
-    sidecars' key names."""
-    from lmgrid.analysis.docs_snapshot import machine as snapshot_machine  # pandas: only when a run is photographed
+    """The machine as a results snapshot records it (lmgrid.common.machine, from lscpu), under the sidecars' key
+    names."""
+    from lmgrid.common.machine import machine as snapshot_machine
 
     m = snapshot_machine()
     return {"cpu_model": m["cpu"], "avx512_bf16": m["avx512_bf16"], "cores": m["cores"]}
