@@ -187,3 +187,22 @@ def test_the_docs_snapshot_carries_the_first_run_of_its_own_commit_only(tmp_path
         else:
             assert "not timed from a fresh clone" in text
 
+
+def test_a_failed_clone_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """`git clone` fails (here: made to): exit 1 with one line naming the repository, and the new folder under
+    --parent removed.  Kills: a half-made clone left behind, a traceback instead of the line."""
+    repo, _ = _repo(tmp_path)
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    real_run = subprocess.run
+
+    def run(cmd, *a, **k):
+        if cmd[:2] == ["git", "clone"]:
+            raise subprocess.CalledProcessError(128, cmd)
+        return real_run(cmd, *a, **k)
+
+    monkeypatch.setattr(first_run.subprocess, "run", run)
+    assert first_run.main(["--repo", str(repo), "--parent", str(parent)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"could not clone {repo}" in err[0]
+    assert list(parent.iterdir()) == []

@@ -75,8 +75,12 @@ def clone(repo: Path, parent: Path) -> tuple[Path, str, bool]:
         raise OSError(f"git finds no HEAD in {repo}")
     top = Path(tempfile.mkdtemp(prefix="lmgrid-first-run.", dir=parent))
     work = top / repo.resolve().name
-    subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
-    subprocess.run(["git", "-C", str(work), "checkout", "-q", head["commit"]], check=True)
+    try:
+        subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
+        subprocess.run(["git", "-C", str(work), "checkout", "-q", head["commit"]], check=True)
+    except (OSError, subprocess.CalledProcessError):
+        shutil.rmtree(top)  # no half-made clone left behind
+        raise
     if (repo.resolve().parent / "shared").is_dir():
         (top / "shared").symlink_to(repo.resolve().parent / "shared")
     return work, head["commit"], head["dirty"]
