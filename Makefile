@@ -168,7 +168,7 @@ bench-%: $(STAMP)
 
 ## a new user's first run, timed (tools/first_run.py): the README's `make setup` and `make run` on a fresh clone of
 ## HEAD beside this one, with empty uv and pip caches; prints both times, their sum and the CPU (FIRST_RUN_ARGS:
-## --keep, --json PATH, --parent DIR). Installs nothing here, so it needs no venv
+## --keep, --json PATH, --parent DIR, --snapshot docs/results/<name>). Installs nothing here, so it needs no venv
 FIRST_RUN_ARGS ?=
 .PHONY: first-run
 first-run:

@@ -124,14 +124,17 @@ def test_isa_classes():
 
 
 def test_bad_arguments_stop_with_one_line(tmp_path, capsys):
-    """A --repo that is not a git repository, or a --parent that does not exist: exit 2 naming the option and
-    value, and nothing cloned."""
+    """A --repo that is not a git repository, a --parent that does not exist, a --json in a folder that does not
+    exist (found before the run, not after it): exit 2 naming the option and value, and nothing cloned."""
+    repo, _ = _repo(tmp_path / "repo")
     for argv, named in ((["--repo", str(tmp_path)], "--repo"),
-                        (["--repo", str(REPO), "--parent", str(tmp_path / "none")], "--parent")):
+                        (["--repo", str(repo), "--parent", str(tmp_path / "none")], "--parent"),
+                        (["--repo", str(repo), "--parent", str(tmp_path), "--json", str(tmp_path / "no/x.json")],
+                         "--json")):
         with pytest.raises(SystemExit) as stop:
             first_run.main(argv)
         assert stop.value.code == 2 and named in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"]
 
 
 def test_snapshot_takes_the_clones_run_with_its_own_lmgrid(tmp_path, monkeypatch, capsys):

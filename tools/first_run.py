@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parent = (args.parent or repo.parent).resolve()
     if not parent.is_dir():
         ap.error(f"--parent {parent}: no such folder")
+    if args.json and not args.json.resolve().parent.is_dir():
+        ap.error(f"--json {args.json}: its folder {args.json.resolve().parent} does not exist")
     try:
         work, head, dirty = clone(repo, parent)
     except (OSError, subprocess.CalledProcessError) as e:
