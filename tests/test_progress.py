@@ -334,6 +334,23 @@ def _plan_rows(out: str, section: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.full
+def test_the_cells_mirror_waits_for_no_study_table(finished_grid, repo, monkeypatch):
+    """The MLflow mirror's first job (mlflow_cells: every cell's run and model) reads no study output, so it runs
+    beside the aggregation, not after it: with one study table deleted, a dry run reruns the aggregation and the
+    studies' mirror (mlflow_sync) but not mlflow_cells.  Kills: mlflow_cells given the study tables as inputs (it
+    then reruns after the aggregation, the old serial tail), seen failing by hand."""
+    from tinygrid import snakemake
+
+    table = next((finished_grid / "results" / "tiny" / "studies").glob("*/table.csv"))
+    table.unlink()
+    monkeypatch.setenv("LMGRID_VERBOSE", "1")
+    dry = snakemake(finished_grid, repo, "-n", "--quiet", "host")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = _dry_run_jobs(dry.stdout + dry.stderr)
+    assert {"aggregate", "mlflow_sync"} <= jobs and "mlflow_cells" not in jobs, jobs
+
+
+@pytest.mark.full
 def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     """After a changed setting and a deleted output, plan's pending cells and jobs are exactly the jobs
     `snakemake -n` schedules (its full job blocks: VERBOSE), each with Snakemake's reason.
@@ -348,7 +365,7 @@ def test_plan_pends_what_the_dry_run_runs(finished_grid, repo, monkeypatch):
     # The addk cells (a changed setting), the mkn cell (a deleted output) and, after it, its per-token scores and
     # the two combinations that hold it (tests/tinygrid.py), then the tables and the MLflow mirror.
     assert expected == {"addk n2 l1 window s0", "addk n3 l1 window s0", "mkn n3 l1 window s0", "token_scores",
-                        "combine", "combinations", "summary", "aggregate", "mlflow_sync"}
+                        "combine", "combinations", "summary", "aggregate", "mlflow_cells", "mlflow_sync"}
     r = subprocess.run([sys.executable, "-m", "lmgrid", "plan", "--snakefile", str(repo / "Snakefile"),
                         "--set", "ngram.addk_k=0.5", "--cores", "2"],
                        cwd=finished_grid, capture_output=True, text=True, timeout=120)

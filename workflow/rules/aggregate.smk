@@ -1,5 +1,5 @@
-# Studies after training: tables and figures of every study (one job), then the MLflow mirror (one job,
-# the only writer of the tracking database). Which files a study produces comes from its grid
+# Studies after training: tables and figures of every study (one job), and the MLflow mirror (two jobs, one after
+# the other, the only writers of the tracking database: the cells beside the aggregation, then the studies). Which files a study produces comes from its grid
 # (lmgrid.analysis.layout), so a study added to config.yaml needs no change here.
 from lmgrid.analysis.layout import snakemake_outputs
 from lmgrid.run.live import check_mlflow as _check_mlflow
@@ -57,31 +57,67 @@ rule aggregate:
         "--jobs {threads} > {log} 2>&1"
 
 
+# What both MLflow jobs read and pass: every run's record, the word vectors (embed.smk), and the data every run saw,
+# logged as dataset inputs with digests, so changed data re-syncs and shows.
+MIRROR_INPUTS = dict(
+    metrics=[f"{d}/metrics.json" for d in run_dirs()],
+    embeddings=lambda w: expand(EMBEDDING_OUTPUTS, corpus=w.corpus),
+    data=expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
+    stats="results/{corpus}/corpus/corpus_stats.json",
+    vocab="results/{corpus}/vocab.json",
+    vocab_report="results/{corpus}/vocab_report.json",
+)
+MIRROR_PARAMS = dict(
+    studies=STUDIES_JSON,
+    uri=MLFLOW["tracking_uri"],
+    prefix=shlex.quote(MLFLOW["experiment_prefix"]),
+    data_settings=shlex.quote(json.dumps({"corpus": config["corpus"], "vocab": config["vocab"]}, sort_keys=True)),
+    register="--register-models" if MLFLOW["register_models"] else "",
+)
+MIRROR = ("lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} --tracking-uri {params.uri} "
+          "--experiment-prefix {params.prefix} --data-settings {params.data_settings} {params.register} --jobs {threads}")
+
+
+# The cells' runs first, their models logged: they need no study table, so this job runs beside the aggregation
+# instead of after it (while it runs it is the store's one writer; mlflow_sync waits for it).
+rule mlflow_cells:
+    localrule: local("mlflow_cells")
+    input:
+        **MIRROR_INPUTS,
+    output:
+        "results/{corpus}/mlflow_cells.json",
+    params:
+        **MIRROR_PARAMS,
+    # One core: the aggregation has the other. Each re-mirrored cell's curve is drawn in this process.
+    threads: 1
+    benchmark:
+        "results/{corpus}/benchmarks/mlflow_cells.tsv"
+    log:
+        "results/{corpus}/logs/mlflow_cells.log",
+    conda:
+        ENV
+    message:
+        brief("{wildcards.corpus}: mirror the runs and their models into MLflow ({params.uri})")
+    shell:
+        MIRROR + " --cells-only --out {output} > {log} 2>&1"
+
+
 rule mlflow_sync:
     localrule: local("mlflow_sync")
     input:
-        metrics=[f"{d}/metrics.json" for d in run_dirs()],
+        # the cells' runs, mirrored by mlflow_cells: found current here (each run's content hash), so this job adds
+        # the studies, which read the aggregation's tables, and the combinations
+        cells="results/{corpus}/mlflow_cells.json",
+        **MIRROR_INPUTS,
         studies=snakemake_outputs(config["studies"]),
-        # embed.smk: scores and vectors of every neural cell
-        embeddings=lambda w: expand(EMBEDDING_OUTPUTS, corpus=w.corpus),
-        # The data every run saw: logged as dataset inputs with digests, so changed data re-syncs and shows.
-        data=expand("results/{{corpus}}/corpus/{split}.txt", split=SPLITS),
-        stats="results/{corpus}/corpus/corpus_stats.json",
-        vocab="results/{corpus}/vocab.json",
-        vocab_report="results/{corpus}/vocab_report.json",
         # every combination run's result.json (combine.smk, included after this file: looked up when a job is planned)
         combinations=lambda w: COMBINE_JOBS.results(w),
     output:
         "results/{corpus}/mlflow_sync.json",
     params:
-        studies=STUDIES_JSON,
-        uri=MLFLOW["tracking_uri"],
-        prefix=shlex.quote(MLFLOW["experiment_prefix"]),
-        data_settings=shlex.quote(json.dumps({"corpus": config["corpus"], "vocab": config["vocab"]}, sort_keys=True)),
-        register="--register-models" if MLFLOW["register_models"] else "",
-    # The store's one writer, plus a process drawing the runs' curves meanwhile (lmgrid.tracking.curves): the
-    # last job of a run, with the cores otherwise idle.
-    threads: 2
+        **MIRROR_PARAMS,
+    # One core: the cells are current, so no curve is drawn here.
+    threads: 1
     benchmark:
         "results/{corpus}/benchmarks/mlflow_sync.tsv"
     log:
@@ -89,8 +125,6 @@ rule mlflow_sync:
     conda:
         ENV
     message:
-        brief("{wildcards.corpus}: mirror runs and studies into MLflow ({params.uri})")
+        brief("{wildcards.corpus}: mirror the studies and combinations into MLflow ({params.uri})")
     shell:
-        "lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} "
-        "--tracking-uri {params.uri} --experiment-prefix {params.prefix} --data-settings {params.data_settings} "
-        "{params.register} --combinations {input.combinations} --jobs {threads} --out {output} > {log} 2>&1"
+        MIRROR + " --combinations {input.combinations} --out {output} > {log} 2>&1"

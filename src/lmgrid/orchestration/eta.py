@@ -23,7 +23,8 @@ from lmgrid.run.key import RunKey
 
 # Seconds of a job nothing has measured yet (2 cores, the default synthetic corpus and grid).
 DEFAULT_S = {"synth": 2.0, "corpus": 2.0, "vocab": 2.0, "oracle": 2.0, "ngram_counts": 5.0, "summary": 4.0,
-             "aggregate": 15.0, "embeddings": 10.0, "mlflow_sync": 25.0, "report": 15.0}
+             "aggregate": 15.0, "embeddings": 10.0, "mlflow_cells": 20.0, "mlflow_sync": 8.0,
+             "report": 15.0}
 REPORT_RULE = "report"  # not a Snakemake job: `make run` builds it after the workflow (lmgrid.analysis.report)
 _RUN_TSV = re.compile(r"results/([^/]+)/benchmarks/runs/(\w+)/(\w+)/n(\d+)_l(\d+)_(\w+)_s(\d+)\.tsv$")
 

@@ -23,7 +23,7 @@ def cmd_sync(a) -> None:
     if a.jobs < 1:
         raise LmgridError(f"--jobs: expected at least 1, got {a.jobs}")
     result = sync(a.tracking_uri, a.corpus, _studies(a.studies), a.root, a.experiment_prefix, data_settings,
-                  a.register_models, a.combinations, jobs=a.jobs)
+                  a.register_models, a.combinations, jobs=a.jobs, cells_only=a.cells_only)
     print(f"mlflow: experiment {result['experiment']!r} at {a.tracking_uri}: {result['created']} created, "
           f"{result['replaced']} replaced, {result['unchanged']} unchanged", file=sys.stderr)
     if a.out:
@@ -43,4 +43,7 @@ def register(sub) -> None:
     s.add_argument("--combinations", nargs="*", default=[], help="the combinations' result.json files (a run each)")
     s.add_argument("--jobs", type=int, default=1,
                    help="processes: this one, the store's writer, and JOBS-1 drawing the runs' curves (default: 1)")
+    s.add_argument("--cells-only", action="store_true",
+                   help="only the cells' runs, no study or combination (the workflow's mlflow_cells job, which then "
+                        "runs beside the aggregation)")
     s.set_defaults(func=cmd_sync)

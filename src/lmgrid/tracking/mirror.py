@@ -532,18 +532,20 @@ def registered_name(experiment: str, key: RunKey) -> str:
 
 def sync(uri: str, corpus: str, studies: dict, root: str | Path = ".", experiment_prefix: str = "",
          data_settings: dict | None = None, register_models: bool = False, combinations: list = (),
-         jobs: int = 1) -> dict:
+         jobs: int = 1, cells_only: bool = False) -> dict:
     """Sync every run of every study, then one run per study; returns counts and run ids.  `data_settings`: the
     config's corpus and vocab sections, logged as params with the dataset inputs.  `jobs`: processes, this one
-    (the store's writer) and `jobs - 1` drawing the cells' curves ahead.  Holds the store's writer lock
+    (the store's writer) and `jobs - 1` drawing the cells' curves ahead.  `cells_only`: the cells' runs alone (the
+    workflow's `mlflow_cells` job, which needs no study table and so runs beside the aggregation; the `mlflow_sync`
+    after it finds those runs current and adds the studies and combinations).  Holds the store's writer lock
     throughout (lmgrid.tracking.store_lock), from MLflow's schema creation to the last run."""
     with store_lock.writing(uri):
         return _sync(uri, corpus, studies, root, experiment_prefix, data_settings, register_models, combinations,
-                     jobs)
+                     jobs, cells_only)
 
 
 def _sync(uri: str, corpus: str, studies: dict, root: str | Path, experiment_prefix: str, data_settings: dict | None,
-          register_models: bool, combinations: list, jobs: int) -> dict:
+          register_models: bool, combinations: list, jobs: int, cells_only: bool = False) -> dict:
     root = Path(root)
     with contextlib.closing(Syncer(uri, experiment_prefix + corpus, CorpusData(root, corpus, data_settings),
                                    register_models, jobs)) as syncer:
@@ -561,11 +563,12 @@ def _sync(uri: str, corpus: str, studies: dict, root: str | Path, experiment_pre
                                              root / key.beside(corpus, "benchmarks/runs", ".tsv"), embed)
             record = RunRecord.read(run_dir / RECORD_FILE)
             ppl[key] = (record.valid.ppl, record.test.ppl)
-        study_ids = {}
-        for name, study in studies.items():
-            study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
-            study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
-        combination_ids = {(lambda r: r.get("run") or r["name"])(read_json(root / p)):
-                           syncer.sync_combination(root / p) for p in combinations}
+        study_ids, combination_ids = {}, {}
+        if not cells_only:
+            for name, study in studies.items():
+                study_dir = root / STUDIES_DIR.format(corpus=corpus) / name
+                study_ids[name] = syncer.sync_study(name, study, study_dir, cell_ids, ppl)
+            combination_ids = {(lambda r: r.get("run") or r["name"])(read_json(root / p)):
+                               syncer.sync_combination(root / p) for p in combinations}
         return {"tracking_uri": uri, "experiment": experiment_prefix + corpus, "experiment_id": syncer.experiment_id,
                 **syncer.counts, "cells": len(cell_ids), "studies": study_ids, "combinations": combination_ids}
