@@ -170,7 +170,9 @@ bench-%: $(STAMP)
 
 ## a new user's first run, timed (tools/first_run.py): the README's `make setup` and `make run` on a fresh clone of
 ## HEAD beside this one, with empty uv and pip caches; prints both times, their sum and the CPU (FIRST_RUN_ARGS:
-## --keep, --json PATH, --parent DIR, --snapshot docs/results/<name>). Installs nothing here, so it needs no venv
+## --keep, --json PATH, --parent DIR, --snapshot docs/results/<name>; --avx2-emulation SHARE: as an AVX2-only CPU would,
+## by emulation, as root: the kernels capped at AVX2 and each core at SHARE of its time by a cgroup CPU quota, SHARE
+## from docs/benchmarks.md's calibration, not with --snapshot). Installs nothing here, so it needs no venv
 FIRST_RUN_ARGS ?=
 .PHONY: first-run
 first-run:
