@@ -136,7 +136,9 @@ kenlm: $(STAMP)
 
 ## the precision and model tests again as an AVX2-only x86 CPU (no AVX-512, no bf16), on any x86 machine: oneDNN
 ## capped at AVX2 (no bf16 kernels), ATen's kernels at AVX2, and lmgrid told the CPU's flags (README, "Precision")
-AVX2_FLAGS := fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2
+## (the flags are listed once, in lmgrid.neural.precision.AVX2_FLAGS; read with the standard library only, and
+## only when the target runs)
+AVX2_FLAGS = $(shell PYTHONPATH=src python3 -c 'from lmgrid.neural.precision import AVX2_FLAGS; print(*AVX2_FLAGS)')
 test-avx2: $(TSTAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LMGRID_CPU_FLAGS="$(AVX2_FLAGS)" \
 		$(PY) -m pytest -q tests/test_models.py tests/test_precision.py
@@ -168,7 +170,9 @@ bench-%: $(STAMP)
 
 ## a new user's first run, timed (tools/first_run.py): the README's `make setup` and `make run` on a fresh clone of
 ## HEAD beside this one, with empty uv and pip caches; prints both times, their sum and the CPU (FIRST_RUN_ARGS:
-## --keep, --json PATH, --parent DIR, --snapshot docs/results/<name>). Installs nothing here, so it needs no venv
+## --keep, --json PATH, --parent DIR, --snapshot docs/results/<name>; --avx2-emulation SHARE: as an AVX2-only CPU would,
+## by emulation, as root: the kernels capped at AVX2 and each core at SHARE of its time by a cgroup CPU quota, SHARE
+## from docs/benchmarks.md's calibration, not with --snapshot). Installs nothing here, so it needs no venv
 FIRST_RUN_ARGS ?=
 .PHONY: first-run
 first-run:

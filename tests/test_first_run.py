@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lmgrid.analysis import docs_snapshot, docs_tables
+from lmgrid.neural.precision import AVX2_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("first_run_tool", REPO / "tools" / "first_run.py")
@@ -23,14 +24,25 @@ _spec.loader.exec_module(first_run)
 
 # `setup` fails unless uv's cache is an existing empty folder and pip's is off, and installs a stand-in `lmgrid`;
 # `run` fails unless setup ran first (in the same clone), records the commit it ran at and leaves a finished run's
-# results/synth/summary.csv.
+# results/synth/summary.csv.  Where the clone has `expect_emulation` (an AVX2-only CPU's flags), both fail unless
+# the kernels are capped at AVX2 and the step's make ($PPID of its shell) is the pid in the one cgroup under the
+# stand-in root $LMGRID_CGROUP_ROOT, and record that group's quota and period in cgroup.<step>.txt.
 MAKEFILE = """\
+EMULATED = if test -f expect_emulation; then \\
+\t  { test "$$ONEDNN_MAX_CPU_ISA" = AVX2 && test "$$ATEN_CPU_CAPABILITY" = avx2 \\
+\t    && test "$$MKL_ENABLE_INSTRUCTIONS" = AVX2 && test "$$LMGRID_CPU_FLAGS" = "$$(cat expect_emulation)"; } \\
+\t  || { echo "kernels not capped at AVX2"; exit 1; }; \\
+\t  g=$$(ls -d "$$LMGRID_CGROUP_ROOT"/cpu/lmgrid-first-run.*) && grep -qx "$$PPID" "$$g/cgroup.procs" \\
+\t  || { echo "make is not in the group"; exit 1; }; \\
+\t  echo $$(cat "$$g/cpu.cfs_quota_us") $$(cat "$$g/cpu.cfs_period_us") > cgroup.$@.txt; fi
 setup:
+\t@$(EMULATED)
 \t@test -d "$$UV_CACHE_DIR" && test -z "$$(ls -A "$$UV_CACHE_DIR")" && test "$$PIP_NO_CACHE_DIR" = 1 \\
 \t  || { echo "caches not empty"; exit 1; }
 \t@touch setup.done
 \t@mkdir -p .venv/bin && cp stand_in_lmgrid .venv/bin/lmgrid
 run:
+\t@$(EMULATED)
 \t@test -f setup.done
 \t@git rev-parse HEAD > ran_at.txt
 \t@test ! -f fail_run
@@ -44,7 +56,7 @@ test -z "$FAIL_SNAPSHOT" || { echo "lmgrid docs: error: no room" >&2; exit 3; }
 """
 
 
-def _repo(tmp_path: Path, *, fail_run: bool = False) -> tuple[Path, str]:
+def _repo(tmp_path: Path, *, fail_run: bool = False, emulated: bool = False) -> tuple[Path, str]:
     repo = tmp_path / "src" / "lmgrid"
     repo.mkdir(parents=True)
     (repo / "Makefile").write_text(MAKEFILE)
@@ -53,6 +65,8 @@ def _repo(tmp_path: Path, *, fail_run: bool = False) -> tuple[Path, str]:
     (repo / "stand_in_lmgrid").chmod(0o755)
     if fail_run:
         (repo / "fail_run").write_text("")
+    if emulated:
+        (repo / "expect_emulation").write_text(" ".join(AVX2_FLAGS))
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
@@ -79,6 +93,7 @@ def test_first_run_times_setup_and_run_on_a_clean_clone_of_head(tmp_path, capsys
     assert (clone / "README.md").read_text() == "committed\n"
     assert set(figures) >= {"cpu", "isa", "avx512_bf16", "cores", "setup_s", "run_s", "total_s", "target_s"}
     assert figures["total_s"] == figures["setup_s"] + figures["run_s"]
+    assert figures["emulation"] is None
     printed = capsys.readouterr().out
     assert "uncommitted changes" in printed and f"first-run at {head[:10]}" in printed
     assert first_run.main(["--repo", str(repo), "--parent", str(parent)]) == 0
@@ -209,3 +224,144 @@ def test_a_failed_clone_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"could not clone {repo}" in err[0]
     assert list(parent.iterdir()) == []
+
+
+# A machine of 4 cores as lmgrid.common.machine names it: the quota's expected value does not depend on this one's.
+MACHINE = {"cpu": "CPU T", "avx512_bf16": True, "cores": 4}
+
+
+def _cgroup_root(tmp_path: Path, monkeypatch) -> Path:
+    """A stand-in for /sys/fs/cgroup in the v1 layout, plain files, that $LMGRID_CGROUP_ROOT points the tool at."""
+    cpu = tmp_path / "cgroup" / "cpu"
+    cpu.mkdir(parents=True)
+    for name, text in (("cgroup.procs", ""), ("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "-1")):
+        (cpu / name).write_text(text)
+    monkeypatch.setenv(first_run.CGROUP_ROOT_ENV, str(tmp_path / "cgroup"))
+    monkeypatch.setattr(first_run, "machine", lambda: dict(MACHINE))
+    return cpu
+
+
+def test_avx2_emulation_caps_the_kernels_and_runs_each_step_in_a_quota_group(tmp_path, monkeypatch, capsys):
+    """--avx2-emulation 0.5 on a 4-core machine: both steps see oneDNN, ATen and MKL capped at AVX2 and the AVX2
+    flags (the stand-in Makefile fails otherwise), each step's make is the pid in a new group
+    lmgrid-first-run.<pid> whose quota is 0.5 x 4 x the 10 ms period, the group is gone afterwards, the JSON says
+    `emulation` while cpu and cores stay the machine's, and the line says it is the emulation.  Kills (each applied
+    and seen failing): the caps left out of the steps' environment; a quota not SHARE x cores x period (SHARE x
+    period); make not put in the group (no preexec_fn); the group not removed; a summary line without the
+    emulation."""
+    cpu = _cgroup_root(tmp_path, monkeypatch)
+    repo, head = _repo(tmp_path, emulated=True)
+    out = tmp_path / "avx2.json"
+    argv = ["--repo", str(repo), "--parent", str(tmp_path), "--keep", "--json", str(out), "--avx2-emulation", "0.5"]
+    assert first_run.main(argv) == 0, capsys.readouterr()
+    figures = json.loads(out.read_text())
+    assert figures["emulation"] == {"isa": "avx2", "cpu_share": 0.5}
+    assert (figures["commit"], figures["cpu"], figures["cores"]) == (head, "CPU T", 4)
+    clone = Path(figures["clone"])
+    for step in first_run.STEPS:
+        assert (clone / f"cgroup.{step}.txt").read_text().split() == ["20000", "10000"]
+    assert sorted(p.name for p in cpu.iterdir()) == ["cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"]
+    assert "under the AVX2-only emulation (kernels capped at AVX2, 0.5 of each core's time)" in capsys.readouterr().out
+
+
+def test_avx2_emulation_removes_its_group_when_a_step_fails(tmp_path, monkeypatch, capsys):
+    """`make run` fails under the emulation: exit 1 and the group removed all the same.  Kills: a group removed
+    only after a run that passed."""
+    cpu = _cgroup_root(tmp_path, monkeypatch)
+    repo, _ = _repo(tmp_path, emulated=True, fail_run=True)
+    assert first_run.main(["--repo", str(repo), "--parent", str(tmp_path), "--avx2-emulation", "1"]) == 1
+    assert "`make run` exited" in capsys.readouterr().err
+    assert not list(cpu.glob(first_run.CGROUP_PREFIX + "*"))
+
+
+def test_avx2_emulation_without_a_cpu_controller_stops_before_cloning(tmp_path, monkeypatch, capsys):
+    """No writable cpu controller under the root (here a stand-in with none): exit 2 with one line naming what was
+    looked for, and nothing cloned.  Kills: an emulated run timed without its quota (the caps alone), a traceback,
+    a clone made first."""
+    (tmp_path / "cgroup").mkdir()
+    monkeypatch.setenv(first_run.CGROUP_ROOT_ENV, str(tmp_path / "cgroup"))
+    repo, _ = _repo(tmp_path / "repo", emulated=True)
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    assert first_run.main(["--repo", str(repo), "--parent", str(parent), "--avx2-emulation", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("first-run: error: --avx2-emulation needs a writable cgroup cpu "
+                                               "controller (cgroup v2: ")
+    assert "cpu.cfs_quota_us" in err[0] and "cgroup.controllers" in err[0]
+    assert list(parent.iterdir()) == []
+
+
+def test_avx2_emulation_refuses_a_snapshot(tmp_path, monkeypatch, capsys):
+    """--avx2-emulation with --snapshot: exit 2, one line saying why and what to do, before any group or clone.
+    Kills: an emulated run snapshotted as the docs' run."""
+    cpu = _cgroup_root(tmp_path, monkeypatch)
+    repo, _ = _repo(tmp_path / "repo", emulated=True)
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    argv = ["--repo", str(repo), "--parent", str(parent), "--avx2-emulation", "0.5", "--snapshot", str(tmp_path / "s")]
+    assert first_run.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--avx2-emulation with --snapshot" in err[0] and "--json" in err[0]
+    assert list(parent.iterdir()) == [] and not list(cpu.glob(first_run.CGROUP_PREFIX + "*"))
+
+
+@pytest.mark.parametrize("share", ["0", "1.5", "x", "-0.5", "nan"])
+def test_avx2_emulation_refuses_a_share_out_of_range(tmp_path, capsys, share):
+    """SHARE must be a number over 0 and at most 1: argparse's exit 2 naming the option and the value.  Kills: a
+    share of 0, over 1 or not a number accepted (a quota of nothing, more than the machine, a crash later)."""
+    repo, _ = _repo(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        first_run.main(["--repo", str(repo), "--parent", str(tmp_path), "--avx2-emulation", share])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--avx2-emulation" in err and repr(share) in err
+
+
+def _snapshot_with_avx2(tmp_path: Path, monkeypatch, avx2_commit: str) -> Path:
+    """A docs snapshot of the run of FIGURES' commit, with an emulated first run of `avx2_commit` written into it."""
+    monkeypatch.setattr(docs_snapshot, "commit", lambda where: {"commit": "abc1234567", "dirty": False})
+    snap = tmp_path / "docs" / "results" / "default"
+    docs_snapshot.snapshot(_results(tmp_path, FIGURES["commit"]), snap)
+    emulated = {**FIGURES, "commit": avx2_commit, "cpu": "CPU Z", "isa": "avx512", "avx512_bf16": True,
+                "setup_s": 90, "run_s": 500, "total_s": 590, "emulation": {"isa": "avx2", "cpu_share": 0.6}}
+    (snap / docs_snapshot.FIRST_RUN_AVX2_FILE).write_text(json.dumps(emulated))
+    return snap
+
+
+def test_the_docs_line_adds_the_emulated_first_run_of_its_own_commit_only(tmp_path, monkeypatch):
+    """first_run_avx2.json of the snapshot's commit: a sentence after the native one with both steps' times, the
+    sum, the share and the words that it is an emulation; of another commit: nothing of it.  Kills: an emulated
+    figure of another commit rendered as this run's, a sentence that hides the emulation or its share."""
+    snap = _snapshot_with_avx2(tmp_path, monkeypatch, FIGURES["commit"])
+    text = docs_tables.first_run(snap)
+    assert text.startswith("A fresh clone of this commit") and text.endswith(
+        'The same commit under the AVX2-only emulation (`make first-run FIRST_RUN_ARGS="--avx2-emulation 0.6 --json '
+        'docs/results/default/first_run_avx2.json"`: on CPU Z, 2 cores, the kernels capped at AVX2 and each core at '
+        "0.6 of its time by a cgroup CPU quota; an emulation, not an AVX2-only machine): `make setup` 1 min 30 s, "
+        "`make run` 8 min 20 s, **9 min 50 s** in all, against the target of 8 min 00 s."), text
+    other = _snapshot_with_avx2(tmp_path / "other", monkeypatch, "def" + "0" * 37)
+    assert "emulation" not in docs_tables.first_run(other)
+
+
+def test_a_resnapshot_keeps_the_emulated_first_run_of_the_new_commit_only(tmp_path, monkeypatch):
+    """Taking the snapshot again (docs_snapshot removes and rewrites its folder): first_run_avx2.json stays when it
+    names the new run's commit and is dropped when it names another, so no re-snapshot shows a stale emulated
+    figure.  Kills: the emulated file lost on every re-snapshot (the order `--snapshot`, then `--json` into it,
+    undone by the next snapshot), a stale one kept."""
+    snap = _snapshot_with_avx2(tmp_path, monkeypatch, FIGURES["commit"])
+    written = docs_snapshot.snapshot(tmp_path / "results" / "synth", snap)
+    assert snap / docs_snapshot.FIRST_RUN_AVX2_FILE in written
+    assert json.loads((snap / docs_snapshot.FIRST_RUN_AVX2_FILE).read_text())["total_s"] == 590
+    stale = _snapshot_with_avx2(tmp_path / "stale", monkeypatch, "def" + "0" * 37)
+    docs_snapshot.snapshot(tmp_path / "stale" / "results" / "synth", stale)
+    assert not (stale / docs_snapshot.FIRST_RUN_AVX2_FILE).exists() and (stale / docs_snapshot.FIRST_RUN_FILE).exists()
+
+
+def test_a_snapshot_does_not_take_an_emulated_first_run_for_the_native_one(tmp_path, monkeypatch):
+    """results/first_run.json of an emulated run (the clone kept with --keep, then snapshotted by hand) is not
+    copied as the run's native first run.  Kills: an emulated time rendered as a fresh clone's."""
+    monkeypatch.setattr(docs_snapshot, "commit", lambda where: {"commit": "abc1234567", "dirty": False})
+    results = _results(tmp_path, FIGURES["commit"])
+    first = tmp_path / "results" / docs_snapshot.FIRST_RUN_FILE
+    first.write_text(json.dumps({**json.loads(first.read_text()), "emulation": {"isa": "avx2", "cpu_share": 0.6}}))
+    docs_snapshot.snapshot(results, tmp_path / "snap")
+    assert not (tmp_path / "snap" / docs_snapshot.FIRST_RUN_FILE).exists()

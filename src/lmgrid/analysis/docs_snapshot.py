@@ -23,7 +23,12 @@ epochs, wall and CPU time, parameters, from its metrics.json) and `run.json`:
 * `report_wall_s`: the HTML report's wall time (results/benchmarks/report.tsv, `make run`'s last step), when it
   ended after the run's last job;
 * `first_run.json`, when `make first-run` (tools/first_run.py) made the run: the fresh clone's `make setup` and
-  `make run` wall times and its CPU, copied from `results/first_run.json` when that names the same commit.
+  `make run` wall times and its CPU, copied from `results/first_run.json` when that names the same commit (and is
+  not an emulated run's);
+* `first_run_avx2.json`, the same commit's quick start timed under the AVX2-only emulation (`make first-run
+  FIRST_RUN_ARGS="--avx2-emulation SHARE --json docs/results/<name>/first_run_avx2.json"`, after the snapshot):
+  not copied from anywhere, but kept when the snapshot is taken again if it names the new run's commit, dropped if
+  not, so a re-snapshot never shows a stale emulated figure.
 Nothing in it is typed by hand.
 """
 from __future__ import annotations
@@ -52,6 +57,8 @@ RUNS_FILE = "runs.csv"
 # A fresh clone's timed quick start (tools/first_run.py), written beside the corpora: copied when it names the
 # commit of the results, so the docs can render the install-included time of the very run they show.
 FIRST_RUN_FILE = "first_run.json"
+# The same commit's quick start under tools/first_run.py --avx2-emulation, written into the snapshot with --json.
+FIRST_RUN_AVX2_FILE = "first_run_avx2.json"
 RUNS_COLUMNS = ["name", "arch", "impl", "n_step", "layers", "regime", "seed", "params", "epochs", "best_epoch",
                 "stopped_because", "wall_s", "cpu_s", "attempts", "precision", "device"]
 # A snapshot is kept in the repository: refuse one that grew past this (a run folder given by mistake).
@@ -116,6 +123,11 @@ def timing(results: Path, runs: pd.DataFrame) -> dict:
     return out
 
 
+def same_commit(figures: dict, run_commit: str) -> bool:
+    """Whether a first run's figures (their full `commit`) are of the run of `run_commit` (run.json's, 10 digits)."""
+    return bool(run_commit) and str(figures.get("commit", "")).startswith(run_commit)
+
+
 def snapshot(results: str | Path, out: str | Path) -> list[Path]:
     """Copy the rendered-from files of results/<corpus> into `out` (replacing what was there) and write run.json."""
     results, out = Path(results), Path(out)
@@ -129,6 +141,9 @@ def snapshot(results: str | Path, out: str | Path) -> list[Path]:
     runs = runs_table(results)
     run = {"name": out.name, "corpus": results.name, **commit(results), **timing(results, runs),
            "machine": machine(), "runs": len(runs)}
+    # the emulated first run written into the snapshot stays only when it is of the new run's commit
+    avx2 = out / FIRST_RUN_AVX2_FILE
+    kept = avx2.read_bytes() if avx2.is_file() and same_commit(read_json(avx2), run["commit"]) else None
     if out.exists():
         shutil.rmtree(out)
     written = []
@@ -140,8 +155,12 @@ def snapshot(results: str | Path, out: str | Path) -> list[Path]:
     with atomic_write(out / RUNS_FILE) as fh:
         runs.to_csv(fh, index=False)
     first = results.parent / FIRST_RUN_FILE
-    if first.is_file() and str(read_json(first).get("commit", "")).startswith(run["commit"]):
+    if first.is_file() and same_commit(figures := read_json(first), run["commit"]) and not figures.get("emulation"):
         shutil.copyfile(first, out / FIRST_RUN_FILE)
         written.append(out / FIRST_RUN_FILE)
+    if kept is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        avx2.write_bytes(kept)
+        written.append(avx2)
     write_json(out / RUN_FILE, run)
     return [*written, out / RUNS_FILE, out / RUN_FILE]

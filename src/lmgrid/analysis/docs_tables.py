@@ -13,7 +13,7 @@ import pandas as pd
 
 from lmgrid.analysis import docs_embeddings, docs_gates, docs_gpu
 from lmgrid.analysis.docs_io import blank as _blank, read_csv as _read
-from lmgrid.analysis.docs_snapshot import FIRST_RUN_FILE
+from lmgrid.analysis.docs_snapshot import FIRST_RUN_AVX2_FILE, FIRST_RUN_FILE, RUN_FILE, same_commit
 from lmgrid.analysis.reference import shown_difference
 from lmgrid.common.errors import LmgridError
 from lmgrid.common.fileio import read_json
@@ -135,17 +135,32 @@ def timing(snap: Path, _arg: str = "") -> str:
 def first_run(snap: Path, _arg: str = "") -> str:
     """One line: the install-included time of a fresh clone's quick start (first_run.json, tools/first_run.py), or
     that this snapshot's run was not made that way.  The CPU is the one the tool read, with its vector ISA, since the
-    project's target names an AVX2-only CPU."""
+    project's target names an AVX2-only CPU.  Then, when the snapshot holds first_run_avx2.json of its run's commit
+    (tools/first_run.py --avx2-emulation, written there with --json), a sentence with the same commit's times under
+    the AVX2-only emulation, saying it is one; such a file of another commit is left unsaid."""
     path = snap / FIRST_RUN_FILE
     if not path.is_file():
-        return "*This run was not timed from a fresh clone (`make first-run` with `--snapshot` makes one that is).*"
-    r = read_json(path)
-    isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(r["isa"], r["isa"])
-    return (f"A fresh clone of this commit, timed by `make first-run` (uv's and pip's caches empty): `make setup` took "
-            f"{duration(r['setup_s'])} and `make run` (Snakemake's start, the jobs, the report) "
-            f"{duration(r['run_s'])}, **{duration(r['total_s'])}** in all, "
-            f"on {r['cpu']} ({isa}, avx512_bf16: {'yes' if r['avx512_bf16'] else 'no'}, {r['cores']} cores). The "
-            f"target: {duration(r['target_s'])} on a 2-core AVX2-only CPU.")
+        text = "*This run was not timed from a fresh clone (`make first-run` with `--snapshot` makes one that is).*"
+    else:
+        r = read_json(path)
+        isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(r["isa"], r["isa"])
+        text = (f"A fresh clone of this commit, timed by `make first-run` (uv's and pip's caches empty): `make setup` "
+                f"took {duration(r['setup_s'])} and `make run` (Snakemake's start, the jobs, the report) "
+                f"{duration(r['run_s'])}, **{duration(r['total_s'])}** in all, "
+                f"on {r['cpu']} ({isa}, avx512_bf16: {'yes' if r['avx512_bf16'] else 'no'}, {r['cores']} cores). The "
+                f"target: {duration(r['target_s'])} on a 2-core AVX2-only CPU.")
+    emulated = snap / FIRST_RUN_AVX2_FILE
+    if not (emulated.is_file() and (snap / RUN_FILE).is_file()):
+        return text
+    e = read_json(emulated)
+    if not (same_commit(e, read_json(snap / RUN_FILE).get("commit", "")) and e.get("emulation")):
+        return text
+    share = f"{e['emulation']['cpu_share']:g}"
+    return (f"{text} The same commit under the AVX2-only emulation (`make first-run FIRST_RUN_ARGS=\"--avx2-emulation "
+            f"{share} --json docs/results/{snap.name}/{FIRST_RUN_AVX2_FILE}\"`: on {e['cpu']}, {e['cores']} cores, "
+            f"the kernels capped at AVX2 and each core at {share} of its time by a cgroup CPU quota; an emulation, not "
+            f"an AVX2-only machine): `make setup` {duration(e['setup_s'])}, `make run` {duration(e['run_s'])}, "
+            f"**{duration(e['total_s'])}** in all, against the target of {duration(e['target_s'])}.")
 
 
 def _lower_bound(r: dict) -> str:

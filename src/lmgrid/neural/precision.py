@@ -29,6 +29,18 @@ CPU_FLAGS_ENV = "LMGRID_CPU_FLAGS"
 # emulated.  `ONEDNN_MAX_CPU_ISA=AVX2` together with LMGRID_CPU_FLAGS reproduces an AVX2-only machine (.ci/run).
 ONEDNN_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
 ONEDNN_ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+# The flags of an AVX2-only x86 CPU (no AVX-512, no bf16), the one place they are listed: LMGRID_CPU_FLAGS under
+# `make test-avx2` (the Makefile reads them from here) and under tools/first_run.py --avx2-emulation.
+AVX2_FLAGS = ("fpu", "sse", "sse2", "ssse3", "sse4_1", "sse4_2", "avx", "f16c", "fma", "avx2", "bmi1", "bmi2")
+
+
+def avx2_emulation_env() -> dict[str, str]:
+    """The environment that has the kernels run as on an AVX2-only CPU, on any x86 machine: oneDNN capped at AVX2
+    (so no bf16 kernels), ATen's kernels at AVX2, MKL's at AVX2, and lmgrid told an AVX2-only CPU's flags.  It caps
+    the instructions only; a CPU that is slower per core is another matter (tools/first_run.py --avx2-emulation adds
+    a CPU quota for that)."""
+    return {ONEDNN_ISA_ENV: "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            CPU_FLAGS_ENV: " ".join(AVX2_FLAGS)}
 
 
 def cpu_flags(cpuinfo: str | Path | None = None) -> set[str]:
