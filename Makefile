@@ -178,6 +178,13 @@ FIRST_RUN_ARGS ?=
 first-run:
 	python3 tools/first_run.py $(FIRST_RUN_ARGS)
 
+## the share of each core's time for first-run's --avx2-emulation (tools/avx2_calibration.py): the one default run
+## timed on a real AVX2-only CPU (issue 46's), its commit cloned and timed here with the kernels capped at AVX2;
+## writes docs/results/avx2_calibration/ for make docs. About 10 minutes; run it on an idle machine. No venv needed
+.PHONY: avx2-calibration
+avx2-calibration:
+	python3 tools/avx2_calibration.py --out docs/results/avx2_calibration $(AVX2_CALIBRATION_ARGS)
+
 ## the prepared check of the GPU path on a single-GPU machine, at most 10 min (tools/gpu_check.py, docs/gpu/README.md):
 ## the GPU, the GPU tests, the medium PTB cell in bf16 and fp32, one run of every arch, resume after SIGKILL, the warm
 ## server and the device in a cell's identity. Needs no venv, Snakemake, MLflow or jsonschema: GPU_PY is the

@@ -163,6 +163,25 @@ def first_run(snap: Path, _arg: str = "") -> str:
             f"**{duration(e['total_s'])}** in all, against the target of {duration(e['target_s'])}.")
 
 
+def avx2_calibration(snap: Path, _arg: str = "") -> str:
+    """calibration.json (tools/avx2_calibration.py): the reference commit's `make run` on the real AVX2-only CPU and
+    here with the kernels capped at AVX2, and the share of each core's time their ratio gives `--avx2-emulation`."""
+    c = read_json(snap / "calibration.json")
+    ref, here = c["reference"], c["here"]
+
+    def cpu(m: dict) -> str:
+        isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(m["isa"], m["isa"])
+        return f"{m['cpu']} ({isa}, avx512_bf16: {'yes' if m['avx512_bf16'] else 'no'}, {m['cores']} cores)"
+
+    rows = pd.DataFrame({"where": [f"the AVX2-only CPU ({ref['source']})", "this machine, kernels capped at AVX2"],
+                         "CPU": [cpu(ref), cpu(here)],
+                         "`make run` of commit " + ref["commit"][:10]: [duration(ref["run_s"]),
+                                                                        duration(here["run_s"])]})
+    return (markdown_table(rows) + f"\n\nThis machine's time over the AVX2-only CPU's, rounded down: "
+            f"`--avx2-emulation {c['cpu_share']:g}` (each core at {c['cpu_share']:g} of its time then runs that "
+            "default pipeline about as fast as the AVX2-only CPU did; a share rounded down emulates a slower CPU).")
+
+
 def _lower_bound(r: dict) -> str:
     """The caveat of a resumed run whose models' CPU time counts only their last attempt (docs_snapshot.timing)."""
     n = r.get("train_cpu_last_attempt_only", 0)
@@ -286,8 +305,8 @@ def train_cost(snap: Path, against: str = "") -> str:
 
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
-          "study": study, "timing": timing, "first_run": first_run, "stops": stops, "budget": budget,
-          "train_cost": train_cost, **docs_gates.TABLES, **docs_embeddings.TABLES, **docs_gpu.TABLES}
+          "study": study, "timing": timing, "first_run": first_run, "avx2_calibration": avx2_calibration,
+          "stops": stops, "budget": budget, "train_cost": train_cost, **docs_gates.TABLES, **docs_embeddings.TABLES, **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:
