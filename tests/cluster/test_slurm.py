@@ -37,8 +37,8 @@ RUN_TIMEOUT_S = 900
 VOLATILE_SUFFIX = ("_s", "_mib")
 # Not compared between the runs: logs and benchmark files (timings), and the MLflow store with what points into it
 # (MLflow run ids are random), and the Snakemake report (it records the jobs' times and hosts).
-NOT_COMPARED = ("logs/", "benchmarks/", "*.log", "mlflow.db", "mlartifacts/", "*/mlflow_sync.json", "report.html",
-                "report_workflow.html", "report.pdf")  # the reports hold dates
+NOT_COMPARED = ("logs/", "benchmarks/", "*.log", "mlflow.db", "mlartifacts/", "*/mlflow_cells.json",
+                "*/mlflow_sync.json", "report.html", "report_workflow.html", "report.pdf")  # the reports hold dates
 FLOAT_REL_TOL = 1e-6  # thread counts may reorder float sums; any real difference is far larger
 
 
