@@ -44,7 +44,7 @@ from lmgrid.neural.precision import avx2_emulation_env  # noqa: E402
 REFERENCE_COMMIT = "23986ddc0f3abb9cca4a1494c025db51921dad13"
 # Issue 46, item 5: "measured here on a fresh clone: 12 min 45 s, pipeline 9 min 37 s, with 69 jobs", on the
 # 2-core AMD EPYC with AVX2 only that the issue's other AVX2 figures come from.
-REFERENCE = {"source": "issue 46 (item 5)", "cpu": "AMD EPYC", "isa": "avx2-only", "avx512_bf16": False,
+REFERENCE = {"source": "issue 46, item 5", "cpu": "AMD EPYC", "isa": "avx2-only", "avx512_bf16": False,
              "cores": 2, "jobs": 69, "total_s": 12 * 60 + 45, "run_s": 9 * 60 + 37}
 CALIBRATION_FILE = "calibration.json"
 RUN_FILE = "run.json"  # lmgrid.analysis.docs_snapshot.RUN_FILE (that module needs pandas)
