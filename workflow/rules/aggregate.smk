@@ -41,9 +41,10 @@ rule aggregate:
         snakemake_outputs(config["studies"], report),
     params:
         oracle=lambda w, input: f"--oracle {input.oracle}" if input.oracle else "",
-    # one process per study (lmgrid.analysis.build.build_all): this job ends the run, after every training job, so
-    # its cores would otherwise sit idle; Snakemake scales the claim down to the cores it was given
-    threads: len(config["studies"])
+    # One process per study (lmgrid.analysis.build.build_all), on every core but one: the MLflow mirror of the cells
+    # (mlflow_cells) runs beside it on that one.  A claim of every core would wait for both to be free, and so for
+    # the mirror to end (Snakemake's scheduler fills the cores it can with the ready jobs of highest priority).
+    threads: max(1, min(len(config["studies"]), workflow.cores - 1))
     benchmark:
         "results/{corpus}/benchmarks/aggregate.tsv"
     log:
@@ -88,8 +89,10 @@ rule mlflow_cells:
         "results/{corpus}/mlflow_cells.json",
     params:
         **MIRROR_PARAMS,
-    # One core: the aggregation has the other. Each re-mirrored cell's curve is drawn in this process.
+    # One core, beside the aggregation. Each re-mirrored cell's curve is drawn in this process.
     threads: 1
+    # the longest job of the run's tail: first among the jobs that wait for no training (priority 0)
+    priority: 1
     benchmark:
         "results/{corpus}/benchmarks/mlflow_cells.tsv"
     log:

@@ -19,7 +19,7 @@ from lmgrid.run.key import (NGRAM_ARCHS, RUN_DIR, WILDCARD_CONSTRAINTS, RunKey, 
                             beside_runs)
 from lmgrid.common import plugins
 from lmgrid.run.gate_facts import check_workflow_gates
-from lmgrid.orchestration.job_order import train_priority
+from lmgrid.orchestration.job_order import UPSTREAM_PRIORITY, train_priority
 
 # Typed --config overrides (and --config set="a.b=1"), validation against the schema, the schema's defaults.
 # Layers in the order they apply: the Snakefile's configfile, then --configfile files, then --config.

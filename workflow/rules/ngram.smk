@@ -15,6 +15,8 @@ rule ngram_counts:
         "results/{corpus}/ngram/counts.npz",
     params:
         max_order=NGRAM_MAX_ORDER,
+    # before the nets (lmgrid.orchestration.job_order): the run's tail waits for every n-gram cell
+    priority: UPSTREAM_PRIORITY
     # The memory budget changes how counting runs, not its result: a resource, so changing it reruns nothing.
     resources:
         ngram_memory_mb=NGRAM["memory_mb"],
@@ -48,6 +50,7 @@ rule ngram:
         method=lambda w: {"addk": f"--addk-k {NGRAM['addk_k']}",
                           "katz": f"--katz-max-count {NGRAM['katz_max_count']}"}.get(w.arch, ""),
         write_arpa=NGRAM_WRITE_ARPA,
+    priority: UPSTREAM_PRIORITY
     threads: train_threads
     resources:
         mem_mb=train_mem_mb,

@@ -34,6 +34,8 @@ rule oracle:
         test_logprob="results/{corpus}/raw/test.logprob",
     output:
         "results/{corpus}/oracle.json",
+    # a second's work that the aggregation waits for (lmgrid.orchestration.job_order)
+    priority: UPSTREAM_PRIORITY
     benchmark:
         "results/{corpus}/benchmarks/oracle.tsv"
     log:

@@ -15,6 +15,11 @@ order among them holds.  The priority is that work in kFLOP per training token, 
 PRIORITY_FLOOR, so that every training job comes before the test-time jobs (priority 0) that could wait for it.
 
 A plug-in architecture (lmgrid.common.plugins) gets the floor: costing it would import its class, and torch.
+
+The n-gram counts and models and the oracle get UPSTREAM_PRIORITY, above every training job: they take seconds
+(minutes on PTB) and every job of the run's tail waits for them (the aggregation and the MLflow mirror read every
+cell), so they run while the nets train instead of between the last net and the tail.  In the default run on 2
+cores they had run after the last training job, and the aggregation and the mirror then waited about 20 s for them.
 """
 from __future__ import annotations
 
@@ -28,6 +33,9 @@ from lmgrid.neural.compute_budget import train_flops_per_token
 NOMINAL_VOCAB = 10_000  # ids, PTB's size: the output layer's cost when the vocabulary is not built yet
 NOMINAL_TRAIN_TOKENS = 1_000_000  # a train.budget_flops run's tokens are budget_flops / its FLOPs per token
 PRIORITY_FLOOR = 1  # above the test-time jobs' 0
+# Above any cell's training priority (PTB's costliest planned cells are near 1e11 kFLOP), and small enough that
+# Snakemake's scheduler objective (priority x about 4 x the jobs' cores) stays exact in a float.
+UPSTREAM_PRIORITY = 10**12
 
 
 class NominalVocab:
