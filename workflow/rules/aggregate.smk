@@ -102,7 +102,7 @@ rule mlflow_cells:
     message:
         brief("{wildcards.corpus}: mirror the runs and their models into MLflow ({params.uri})")
     shell:
-        MIRROR + " --cells-only --out {output} > {log} 2>&1"
+        " ".join([MIRROR, "--cells-only --out {output} > {log} 2>&1"])
 
 
 rule mlflow_sync:
@@ -130,4 +130,4 @@ rule mlflow_sync:
     message:
         brief("{wildcards.corpus}: mirror the studies and combinations into MLflow ({params.uri})")
     shell:
-        MIRROR + " --combinations {input.combinations} --out {output} > {log} 2>&1"
+        " ".join([MIRROR, "--combinations {input.combinations} --out {output} > {log} 2>&1"])
