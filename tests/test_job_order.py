@@ -11,7 +11,8 @@ import pytest
 from lmgrid.common.fileio import write_json
 from lmgrid.data.vocab import build
 from lmgrid.orchestration import job_order
-from lmgrid.orchestration.job_order import PRIORITY_FLOOR, NominalVocab, planning_vocab, train_priority
+from lmgrid.orchestration.job_order import (PRIORITY_FLOOR, UPSTREAM_PRIORITY, NominalVocab, planning_vocab,
+                                            train_priority)
 from lmgrid.run.spec import RunSpec
 
 from tinygrid import TINY, snakemake, write_config
@@ -55,6 +56,15 @@ def test_the_costliest_cells_train_first(tmp_path):
     assert any(p.startswith("more epochs") for p in ordering_problems(per_token, tmp_path))
 
 
+def test_the_n_grams_come_before_the_costliest_nets(tmp_path):
+    """UPSTREAM_PRIORITY is above the training priority of the seed_table's LSTM and of a cell five times as wide
+    trained ten times as long.  Kills: an upstream priority below the nets' (the n-grams would again run after the
+    last net, with the run's tail waiting for them), seen failing with UPSTREAM_PRIORITY set to 10**5."""
+    lstm = train_priority(cell(tmp_path, **LSTM))
+    huge = train_priority(cell(tmp_path, **{**LSTM, "hidden_dim": 1500, "emb_dim": 1500, "epochs": 90}))
+    assert lstm < huge < UPSTREAM_PRIORITY
+
+
 def test_the_corpus_vocabulary_is_used_once_it_exists(tmp_path):
     """Kills: a plan that costs the output layer over the nominal vocabulary although the corpus's own is built
     (the control: the same cell before vocab.json is written gets the nominal one)."""
@@ -72,7 +82,8 @@ def test_the_corpus_vocabulary_is_used_once_it_exists(tmp_path):
 def dry_run_priorities(workdir: Path, snakefile_repo: Path) -> dict[str, list[tuple[str, int]]]:
     """rule -> [(its job's wildcards, priority)] from a dry run's job blocks (0 where a block shows none); the
     caller sets LMGRID_VERBOSE=1, which prints the blocks."""
-    write_config(workdir, {**TINY, "studies": {"g": {"arch": ["lstm", "ffnn"], "n_step": [3], "layers": [1, 2]}},
+    write_config(workdir, {**TINY, "studies": {"g": {"arch": ["lstm", "ffnn"], "n_step": [3], "layers": [1, 2]},
+                                               "n": {"arch": ["kn"], "n_step": [3]}},
                            "train": {"epochs": 1, "emb_dim": 8, "hidden_dim": 8, "log_every": 0}})
     r = snakemake(workdir, snakefile_repo, "-n")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -85,11 +96,20 @@ def dry_run_priorities(workdir: Path, snakefile_repo: Path) -> dict[str, list[tu
     return jobs
 
 
+# The jobs besides training with a priority of their own (lmgrid.orchestration.job_order; the rest have 0): the
+# n-grams and the oracle before the nets, the cells' MLflow mirror first of the run's tail.
+OTHER_PRIORITIES = {"ngram_counts": UPSTREAM_PRIORITY, "ngram": UPSTREAM_PRIORITY, "oracle": UPSTREAM_PRIORITY,
+                    "mlflow_cells": 1}
+
+
 def workflow_problems(jobs) -> list[str]:
     train = {w: p for rule in ("train", "train_gated") for w, p in jobs.get(rule, [])}
     problems = [f"{w}: priority {p}" for w, p in train.items() if p < PRIORITY_FLOOR]
     problems += [f"{rule} {w}: priority {p}" for rule, js in jobs.items() if rule not in ("train", "train_gated")
-                 for w, p in js if p]
+                 for w, p in js if p != OTHER_PRIORITIES.get(rule, 0)]
+    problems += [f"{rule}: not in the dry run" for rule in OTHER_PRIORITIES if rule not in jobs]
+    if train and max(train.values()) >= UPSTREAM_PRIORITY:
+        problems.append(f"a training job's priority {max(train.values())} reaches the n-grams' {UPSTREAM_PRIORITY}")
     deep = [p for w, p in train.items() if "arch=lstm" in w and "layers=2" in w]
     shallow = [p for w, p in train.items() if "arch=lstm" in w and "layers=1" in w]
     if not (deep and shallow and min(deep) > max(shallow)):
@@ -99,8 +119,10 @@ def workflow_problems(jobs) -> list[str]:
 
 @pytest.mark.full  # dry runs of the workflow (tests/tiers.py)
 def test_the_workflow_gives_each_training_job_its_priority(tmp_path, repo, monkeypatch):
-    """The rule carries the priority to the jobs.  Kills: the train rule without `priority: train_job_priority`
-    (the control: a copy of the workflow with that line removed, dry-run the same way)."""
+    """The rule carries the priority to the jobs; the n-gram jobs and the oracle come before every net, the cells'
+    MLflow mirror first of the tail, every other job at 0.  Kills: the train rule without `priority:
+    train_job_priority` (the control: a copy of the workflow with that line removed, dry-run the same way), and the
+    n-gram rule without `priority: UPSTREAM_PRIORITY` (seen failing by hand)."""
     monkeypatch.setenv("LMGRID_VERBOSE", "1")
     (tmp_path / "run").mkdir()
     assert workflow_problems(dry_run_priorities(tmp_path / "run", repo)) == []
