@@ -14,6 +14,10 @@ SET     ?=
 export SET
 SMKCFG  := $(if $(CONFIG),--configfile $(CONFIG)) $(if $(SET),--config set="$$SET")
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# The venv's processes write the bytecode of what they import, once, even where the machine sets
+# PYTHONDONTWRITEBYTECODE: the install compiles none (tools/uv_pip.py), so without this every process would compile
+# torch, Lightning, MLflow and Snakemake again.
+export PYTHONDONTWRITEBYTECODE :=
 # The terminal of `make run` is one screen: lmgrid's logger plugin (lmgrid.orchestration.terminal) redraws jobs
 # done / running / pending, each training job's epoch and valid PPL, and the results table; in a pipe or a CI log
 # one line per finished job and the table. VERBOSE=1 shows Snakemake's full job blocks with their reasons and shell

@@ -38,9 +38,9 @@ def pairs(args: list[str], flag: str) -> list[str]:
 def test_pip_configuration_reaches_uv(monkeypatch):
     """Kills: a lost option (find-links dropped: uv fetches the CUDA torch from the index instead of the +cpu wheel;
     one extra index of two), the wrong precedence (the global or another command's value over a PIP_* variable),
-    uv's own first-index rule instead of pip's best version over all indexes, and no bytecode compiled (pip
-    compiles it unless told --no-compile; without it, where PYTHONDONTWRITEBYTECODE is set, every process that
-    imports torch compiles it again)."""
+    uv's own first-index rule instead of pip's best version over all indexes, and every installed module's bytecode
+    compiled at install (17,055 files, most never imported; the venv's processes write what they import:
+    test_the_venv_processes_write_their_bytecode)."""
     monkeypatch.setattr(uv_pip.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=PIP_CONFIG, stderr=""))
     args, env = uv_pip.uv_options(uv_pip.pip_config("python"))
@@ -50,8 +50,20 @@ def test_pip_configuration_reaches_uv(monkeypatch):
     assert pairs(args, "--constraint") == ["/etc/xdg/pip/constraints.txt"]
     assert pairs(args, "--index-strategy") == ["unsafe-best-match"]
     assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_HTTP_TIMEOUT": "180"}
-    assert "--compile-bytecode" in args
+    assert "--compile-bytecode" not in args
     assert "--compile-bytecode" not in uv_pip.uv_options({"no-compile": "yes"})[0]
+
+
+def test_the_venv_processes_write_their_bytecode(tmp_path):
+    """The Makefile's recipes run with PYTHONDONTWRITEBYTECODE empty, where the machine sets it (as ours do), so the
+    first import of a module writes its bytecode and later processes read it.  Kills: the Makefile's export removed
+    (the install compiles no bytecode, so each process would compile torch and the rest again); seen failing."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    r = subprocess.run(["make", "-s", "-f", str(Path(__file__).resolve().parents[1] / "Makefile"), "--eval",
+                        "shown:; @echo \"[$$PYTHONDONTWRITEBYTECODE]\"", "shown"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
 
 
 def test_a_pip_option_uv_is_not_told_stops_it(monkeypatch, capsys):

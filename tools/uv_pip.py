@@ -47,11 +47,11 @@ def is_true(value: str) -> bool:
 def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """uv's arguments and environment variables for pip's `config`; ValueError names an option with no translation."""
     args = ["--index-strategy", "unsafe-best-match"]  # pip's rule: the highest version over every index and folder
-    # pip compiles the installed modules' bytecode and uv by default does not: without it, where
-    # PYTHONDONTWRITEBYTECODE is set, every process that imports torch, Lightning, MLflow and Snakemake compiles them
-    # again (16 CPU-seconds instead of 6, measured 2026-11-27); compiling all of them once costs about 40.
-    if not is_true(config.get("no-compile", "")):
-        args.append("--compile-bytecode")
+    # No bytecode is compiled here (pip's default is to compile it): compiling every installed module, 17,055 files,
+    # was most of a fresh install's time (52 of its 70 s under first-run's AVX2 emulation, 2026-12-02), and most of
+    # them are never imported.  The Makefile exports PYTHONDONTWRITEBYTECODE empty, so the venv's processes write
+    # the bytecode of what they import, once; with it set, each process would compile torch, Lightning, MLflow and
+    # Snakemake again (16 CPU-seconds instead of 6, measured 2026-11-27).
     env: dict[str, str] = {}
     for option, value in sorted(config.items()):
         items = value.split() if option in LISTS else [value]
@@ -68,7 +68,7 @@ def uv_options(config: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         elif option == "no-index":
             args += ["--no-index"] if is_true(value) else []
         elif option == "no-compile":
-            pass  # above
+            pass  # uv compiles nothing anyway (above)
         elif option == "pre":
             args += ["--prerelease", "allow"] if is_true(value) else []
         elif option == "cert":
