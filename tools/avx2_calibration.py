@@ -30,7 +30,6 @@ import math
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,21 +55,6 @@ def share_of(here_s: float, reference_s: float) -> float:
     return min(1.0, math.floor(100 * here_s / reference_s) / 100)
 
 
-def clone_at(repo: Path, parent: Path, commit: str) -> Path:
-    """A fresh clone of `repo` at `commit` in a new folder under `parent`, `shared` linked beside it as first_run's."""
-    top = Path(tempfile.mkdtemp(prefix="lmgrid-avx2-calibration.", dir=parent))
-    work = top / repo.resolve().name
-    try:
-        subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
-        subprocess.run(["git", "-C", str(work), "checkout", "-q", commit], check=True)
-    except (OSError, subprocess.CalledProcessError):
-        shutil.rmtree(top)
-        raise
-    if (repo.resolve().parent / "shared").is_dir():
-        (top / "shared").symlink_to(repo.resolve().parent / "shared")
-    return work
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/avx2_calibration.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="the folder of calibration.json and run.json")
@@ -78,17 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent", type=Path, help="where the clone goes (default: beside the repository)")
     ap.add_argument("--keep", action="store_true", help="keep the clone, its venv, cache and logs")
     args = ap.parse_args(argv)
-    repo = args.repo.resolve()
-    if not (repo / ".git").exists():
-        ap.error(f"--repo {args.repo}: not a git repository")
-    parent = (args.parent or repo.parent).resolve()
-    if not parent.is_dir():
-        ap.error(f"--parent {parent}: no such folder")
+    repo, parent = first_run.repo_and_parent(ap, args)
     if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{REFERENCE_COMMIT}^{{commit}}"],
                       capture_output=True).returncode:
         ap.error(f"--repo {args.repo}: has no commit {REFERENCE_COMMIT[:10]} (the reference run's)")
     try:
-        work = clone_at(repo, parent, REFERENCE_COMMIT)
+        work = first_run.clone(repo, parent, at=REFERENCE_COMMIT, prefix="lmgrid-avx2-calibration.")[0]
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"avx2-calibration: error: could not clone {repo} under {parent}: {e}", file=sys.stderr)
         return 1

@@ -175,13 +175,15 @@ class CpuGroup:
         group.rmdir()
 
 
-def clone(repo: Path, parent: Path) -> tuple[Path, str, bool]:
-    """A fresh clone of `repo`'s HEAD in a new folder under `parent`, with `shared` linked beside it when the repo
-    has `../shared`; its path, the commit and whether `repo` had uncommitted changes to tracked files."""
-    head = commit(repo, short=None)
+def clone(repo: Path, parent: Path, at: str | None = None,
+          prefix: str = "lmgrid-first-run.") -> tuple[Path, str, bool]:
+    """A fresh clone of `repo`'s HEAD (or of the commit `at`) in a new folder `prefix`... under `parent`, with
+    `shared` linked beside it when the repo has `../shared`; its path, the commit and whether `repo` had uncommitted
+    changes to tracked files."""
+    head = commit(repo, short=None) if at is None else {"commit": at, "dirty": False}
     if head["commit"] == UNKNOWN:
         raise OSError(f"git finds no HEAD in {repo}")
-    top = Path(tempfile.mkdtemp(prefix="lmgrid-first-run.", dir=parent))
+    top = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     work = top / repo.resolve().name
     try:
         subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
@@ -192,6 +194,18 @@ def clone(repo: Path, parent: Path) -> tuple[Path, str, bool]:
     if (repo.resolve().parent / "shared").is_dir():
         (top / "shared").symlink_to(repo.resolve().parent / "shared")
     return work, head["commit"], head["dirty"]
+
+
+def repo_and_parent(ap: argparse.ArgumentParser, args) -> tuple[Path, Path]:
+    """--repo and --parent resolved (--parent: beside the repository by default); argparse's one-line error, exit 2,
+    where --repo is no git repository or --parent no folder."""
+    repo = args.repo.resolve()
+    if not (repo / ".git").exists():
+        ap.error(f"--repo {args.repo}: not a git repository")
+    parent = (args.parent or repo.parent).resolve()
+    if not parent.is_dir():
+        ap.error(f"--parent {parent}: no such folder")
+    return repo, parent
 
 
 def timed(step: str, work: Path, env: dict, group: CpuGroup | None = None) -> tuple[int, int]:
@@ -229,12 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="time it as an AVX2-only CPU would, by emulation: the kernels capped at AVX2 and each core "
                          "at SHARE (0 < SHARE <= 1, from a calibration) of its time, by a cgroup CPU quota (as root)")
     args = ap.parse_args(argv)
-    repo = args.repo.resolve()
-    if not (repo / ".git").exists():
-        ap.error(f"--repo {args.repo}: not a git repository")
-    parent = (args.parent or repo.parent).resolve()
-    if not parent.is_dir():
-        ap.error(f"--parent {parent}: no such folder")
+    repo, parent = repo_and_parent(ap, args)
     if args.json and not args.json.resolve().parent.is_dir():
         ap.error(f"--json {args.json}: its folder {args.json.resolve().parent} does not exist")
     share = args.avx2_emulation

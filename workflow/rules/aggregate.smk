@@ -1,6 +1,7 @@
 # Studies after training: tables and figures of every study (one job), and the MLflow mirror (two jobs, one after
-# the other, the only writers of the tracking database: the cells beside the aggregation, then the studies). Which files a study produces comes from its grid
-# (lmgrid.analysis.layout), so a study added to config.yaml needs no change here.
+# the other, the only writers of the tracking database: the cells beside the aggregation, then the studies). Which
+# files a study produces comes from its grid (lmgrid.analysis.layout), so a study added to config.yaml needs no
+# change here.
 from lmgrid.analysis.layout import snakemake_outputs
 from lmgrid.run.live import check_mlflow as _check_mlflow
 
@@ -76,7 +77,8 @@ MIRROR_PARAMS = dict(
     register="--register-models" if MLFLOW["register_models"] else "",
 )
 MIRROR = ("lmgrid mlflow-sync --corpus {wildcards.corpus} --studies {params.studies} --tracking-uri {params.uri} "
-          "--experiment-prefix {params.prefix} --data-settings {params.data_settings} {params.register} --jobs {threads}")
+          "--experiment-prefix {params.prefix} --data-settings {params.data_settings} {params.register} "
+          "--jobs {threads}")
 
 
 # The cells' runs first, their models logged: they need no study table, so this job runs beside the aggregation

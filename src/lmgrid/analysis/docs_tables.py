@@ -306,7 +306,8 @@ def train_cost(snap: Path, against: str = "") -> str:
 
 TABLES = {"headline": headline, "reference": reference, "combinations": combinations, "comparisons": comparisons,
           "study": study, "timing": timing, "first_run": first_run, "avx2_calibration": avx2_calibration,
-          "stops": stops, "budget": budget, "train_cost": train_cost, **docs_gates.TABLES, **docs_embeddings.TABLES, **docs_gpu.TABLES}
+          "stops": stops, "budget": budget, "train_cost": train_cost, **docs_gates.TABLES, **docs_embeddings.TABLES,
+          **docs_gpu.TABLES}
 
 
 def provenance(snap: Path, src: str) -> str:
