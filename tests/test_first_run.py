@@ -336,7 +336,8 @@ def test_the_docs_line_adds_the_emulated_first_run_of_its_own_commit_only(tmp_pa
     assert text.startswith("A fresh clone of this commit") and text.endswith(
         'The same commit under the AVX2-only emulation (`make first-run FIRST_RUN_ARGS="--avx2-emulation 0.6 --json '
         'docs/results/default/first_run_avx2.json"`: on CPU Z, 2 cores, the kernels capped at AVX2 and each core at '
-        "0.6 of its time by a cgroup CPU quota; an emulation, not an AVX2-only machine): `make setup` 1 min 30 s, "
+        "0.6 of its time by a cgroup CPU quota, the share from `make avx2-calibration`, benchmarks.md's \"An AVX2-only "
+        "CPU, emulated\"; an emulation, not an AVX2-only machine): `make setup` 1 min 30 s, "
         "`make run` 8 min 20 s, **9 min 50 s** in all, against the target of 8 min 00 s."), text
     other = _snapshot_with_avx2(tmp_path / "other", monkeypatch, "def" + "0" * 37)
     assert "emulation" not in docs_tables.first_run(other)

@@ -158,8 +158,9 @@ def first_run(snap: Path, _arg: str = "") -> str:
     share = f"{e['emulation']['cpu_share']:g}"
     return (f"{text} The same commit under the AVX2-only emulation (`make first-run FIRST_RUN_ARGS=\"--avx2-emulation "
             f"{share} --json docs/results/{snap.name}/{FIRST_RUN_AVX2_FILE}\"`: on {e['cpu']}, {e['cores']} cores, "
-            f"the kernels capped at AVX2 and each core at {share} of its time by a cgroup CPU quota; an emulation, not "
-            f"an AVX2-only machine): `make setup` {duration(e['setup_s'])}, `make run` {duration(e['run_s'])}, "
+            f"the kernels capped at AVX2 and each core at {share} of its time by a cgroup CPU quota, the share from "
+            f"`make avx2-calibration`, benchmarks.md's \"An AVX2-only CPU, emulated\"; an emulation, not an AVX2-only "
+            f"machine): `make setup` {duration(e['setup_s'])}, `make run` {duration(e['run_s'])}, "
             f"**{duration(e['total_s'])}** in all, against the target of {duration(e['target_s'])}.")
 
 
