@@ -2,6 +2,8 @@
 # the other, the only writers of the tracking database: the cells beside the aggregation, then the studies). Which
 # files a study produces comes from its grid (lmgrid.analysis.layout), so a study added to config.yaml needs no
 # change here.
+from snakemake.exceptions import WorkflowError
+
 from lmgrid.analysis.layout import snakemake_outputs
 from lmgrid.run.live import check_mlflow as _check_mlflow
 
@@ -32,6 +34,14 @@ rule study_grids:
         "printf '%s\\n' {params.studies} > {output} 2> {log}"
 
 
+# The aggregation's claim (below): every core but one where the run has a number of cores; a cluster run has none
+# (Snakemake raises on asking), and there the local job's claim of one thread per study is scaled to the host's.
+try:
+    AGGREGATE_THREADS = max(1, min(len(config["studies"]), workflow.cores - 1))
+except WorkflowError:
+    AGGREGATE_THREADS = len(config["studies"])
+
+
 rule aggregate:
     localrule: local("aggregate")
     input:
@@ -45,7 +55,7 @@ rule aggregate:
     # One process per study (lmgrid.analysis.build.build_all), on every core but one: the MLflow mirror of the cells
     # (mlflow_cells) runs beside it on that one.  A claim of every core would wait for both to be free, and so for
     # the mirror to end (Snakemake's scheduler fills the cores it can with the ready jobs of highest priority).
-    threads: max(1, min(len(config["studies"]), workflow.cores - 1))
+    threads: AGGREGATE_THREADS
     benchmark:
         "results/{corpus}/benchmarks/aggregate.tsv"
     log:
