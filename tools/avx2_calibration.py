@@ -35,7 +35,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import first_run  # noqa: E402
-from lmgrid.common.machine import machine  # noqa: E402
 from lmgrid.neural.precision import avx2_emulation_env  # noqa: E402
 
 # The last commit before issue 46's first change (a67462b, train.budget_tokens); its default grid has the 69 jobs the
@@ -47,6 +46,7 @@ REFERENCE = {"source": "issue 46, item 5", "cpu": "AMD EPYC", "isa": "avx2-only"
              "cores": 2, "jobs": 69, "total_s": 12 * 60 + 45, "run_s": 9 * 60 + 37}
 CALIBRATION_FILE = "calibration.json"
 RUN_FILE = "run.json"  # lmgrid.analysis.docs_snapshot.RUN_FILE (that module needs pandas)
+MACHINE_KEYS = ("cpu", "avx512_bf16", "cores")  # run.json's `machine`: lmgrid.common.machine's, read once by cpu()
 
 
 def share_of(here_s: float, reference_s: float) -> float:
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         {"reference": {**REFERENCE, "commit": REFERENCE_COMMIT}, "here": here, "cpu_share": share}, indent=2) + "\n")
     (args.out / RUN_FILE).write_text(json.dumps(
         {"name": args.out.name, "corpus": "synth", "commit": REFERENCE_COMMIT[:10], "dirty": False,
-         "date": datetime.date.today().isoformat(), "machine": machine(), "kind": "avx2-calibration"}, indent=2)
+         "date": datetime.date.today().isoformat(), "machine": {k: here[k] for k in MACHINE_KEYS},
+         "kind": "avx2-calibration"}, indent=2)
         + "\n")
     print(f"avx2-calibration: the reference commit's make run took {here['run_s']} s here ({here['cpu']}, kernels "
           f"capped at AVX2) against {REFERENCE['run_s']} s on the AVX2-only CPU: --avx2-emulation {share:g}")

@@ -132,6 +132,13 @@ def timing(snap: Path, _arg: str = "") -> str:
             + (f" The HTML report took {duration(r['report_wall_s'])} more." if "report_wall_s" in r else ""))
 
 
+def _cpu(m: dict) -> str:
+    """A CPU as tools/first_run.py records it (cpu, isa, avx512_bf16, cores), e.g. `AMD EPYC (AVX-512, avx512_bf16:
+    yes, 2 cores)`: the ISA is named since the project's target names an AVX2-only CPU."""
+    isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(m["isa"], m["isa"])
+    return f"{m['cpu']} ({isa}, avx512_bf16: {'yes' if m['avx512_bf16'] else 'no'}, {m['cores']} cores)"
+
+
 def first_run(snap: Path, _arg: str = "") -> str:
     """One line: the install-included time of a fresh clone's quick start (first_run.json, tools/first_run.py), or
     that this snapshot's run was not made that way.  The CPU is the one the tool read, with its vector ISA, since the
@@ -143,11 +150,9 @@ def first_run(snap: Path, _arg: str = "") -> str:
         text = "*This run was not timed from a fresh clone (`make first-run` with `--snapshot` makes one that is).*"
     else:
         r = read_json(path)
-        isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(r["isa"], r["isa"])
         text = (f"A fresh clone of this commit, timed by `make first-run` (uv's and pip's caches empty): `make setup` "
                 f"took {duration(r['setup_s'])} and `make run` (Snakemake's start, the jobs, the report) "
-                f"{duration(r['run_s'])}, **{duration(r['total_s'])}** in all, "
-                f"on {r['cpu']} ({isa}, avx512_bf16: {'yes' if r['avx512_bf16'] else 'no'}, {r['cores']} cores). The "
+                f"{duration(r['run_s'])}, **{duration(r['total_s'])}** in all, on {_cpu(r)}. The "
                 f"target: {duration(r['target_s'])} on a 2-core AVX2-only CPU.")
     emulated = snap / FIRST_RUN_AVX2_FILE
     if not (emulated.is_file() and (snap / RUN_FILE).is_file()):
@@ -169,13 +174,8 @@ def avx2_calibration(snap: Path, _arg: str = "") -> str:
     here with the kernels capped at AVX2, and the share of each core's time their ratio gives `--avx2-emulation`."""
     c = read_json(snap / "calibration.json")
     ref, here = c["reference"], c["here"]
-
-    def cpu(m: dict) -> str:
-        isa = {"avx512": "AVX-512", "avx2-only": "AVX2 only", "older": "no AVX2"}.get(m["isa"], m["isa"])
-        return f"{m['cpu']} ({isa}, avx512_bf16: {'yes' if m['avx512_bf16'] else 'no'}, {m['cores']} cores)"
-
     rows = pd.DataFrame({"where": [f"the AVX2-only CPU ({ref['source']})", "this machine, kernels capped at AVX2"],
-                         "CPU": [cpu(ref), cpu(here)],
+                         "CPU": [_cpu(ref), _cpu(here)],
                          "`make run` of commit " + ref["commit"][:10]: [duration(ref["run_s"]),
                                                                         duration(here["run_s"])]})
     return (markdown_table(rows) + f"\n\nThis machine's time over the AVX2-only CPU's, rounded down: "

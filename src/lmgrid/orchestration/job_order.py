@@ -33,8 +33,9 @@ from lmgrid.neural.compute_budget import train_flops_per_token
 NOMINAL_VOCAB = 10_000  # ids, PTB's size: the output layer's cost when the vocabulary is not built yet
 NOMINAL_TRAIN_TOKENS = 1_000_000  # a train.budget_flops run's tokens are budget_flops / its FLOPs per token
 PRIORITY_FLOOR = 1  # above the test-time jobs' 0
-# Above any cell's training priority (PTB's costliest planned cells are near 1e11 kFLOP), and small enough that
-# Snakemake's scheduler objective (priority x about 4 x the jobs' cores) stays exact in a float.
+# Far above any cell's training priority (the seed_table's LSTM 2x300 gets about 1.1e5, a cell five times as wide
+# trained ten times as long about 2.1e7: tests/test_job_order.py), and small enough that Snakemake's scheduler
+# objective (priority x about 4 x the jobs' cores) stays exact in a float.
 UPSTREAM_PRIORITY = 10**12
 
 
