@@ -94,6 +94,19 @@ def test_a_repository_without_the_reference_commit_is_one_line(tmp_path, capsys)
     assert not list(tmp_path.glob("lmgrid-avx2-calibration.*"))
 
 
+def test_an_out_that_is_a_file_stops_before_the_run(tmp_path, monkeypatch, capsys):
+    """Kills: a --out that is a file accepted, the run made, and the figures lost to a traceback at the end."""
+    repo, reference, _ = _repo(tmp_path)
+    monkeypatch.setattr(calibration, "REFERENCE_COMMIT", reference)
+    (tmp_path / "out").write_text("a file\n")
+    with pytest.raises(SystemExit) as stop:
+        calibration.main(["--repo", str(repo), "--parent", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path / 'out'}: not a folder" in err
+    assert not list(tmp_path.glob("lmgrid-avx2-calibration.*"))
+
+
 def test_the_calibration_renders_both_runs_and_the_share(tmp_path):
     """The docs table names the reference's CPU and source, this machine as capped at AVX2, both `make run` times
     and the share.  Kills: the two times swapped between the rows, the share left out (both checked here)."""

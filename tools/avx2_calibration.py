@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the clone, its venv, cache and logs")
     args = ap.parse_args(argv)
     repo, parent = first_run.repo_and_parent(ap, args)
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out}: not a folder")
     if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{REFERENCE_COMMIT}^{{commit}}"],
                       capture_output=True).returncode:
         ap.error(f"--repo {args.repo}: has no commit {REFERENCE_COMMIT[:10]} (the reference run's)")
